@@ -1,0 +1,3 @@
+from omnikeras.cli.main import main
+
+main()

@@ -1,0 +1,1 @@
+"""The `omnikeras` command line."""

@@ -1,0 +1,60 @@
+"""`omnikeras ps`: runs one parameter-server process until it is stopped."""
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+
+from omnikeras.parameter_server import Hyperparameters, ParameterServer
+
+
+def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    parser = subparsers.add_parser("ps", help="run a parameter server")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    parser.add_argument("--port", type=int, default=50051, help="0 picks a free port (default: %(default)s)")
+    parser.add_argument("--groups", type=int, default=1, help="number of compute groups (default: %(default)s)")
+    parser.add_argument("--learning-rate", type=float, default=0.01, help="until a worker initialises the model (default: %(default)s)")
+    parser.add_argument("--momentum", type=float, default=0.0, help="until a worker initialises the model (default: %(default)s)")
+    parser.add_argument("--nesterov", action="store_true")
+    parser.add_argument("--group-timeout", type=float, default=60.0, help="seconds a group step waits for a member before dropping it (default: %(default)s)")
+    parser.add_argument("--checkpoint-dir", help="write checkpoints here, and resume from the newest one")
+    parser.add_argument("--checkpoint-every", type=float, help="seconds between automatic checkpoints")
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("OMNIKERAS_TOKEN"),
+        help="shared secret every call must carry (default: $OMNIKERAS_TOKEN)",
+    )
+    parser.add_argument("--tls-cert", help="PEM certificate to serve TLS with")
+    parser.add_argument("--tls-key", help="PEM private key of --tls-cert")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s ps %(levelname)s %(message)s")
+    try:
+        server = ParameterServer(
+            host=args.host,
+            port=args.port,
+            num_groups=args.groups,
+            hyperparameters=Hyperparameters(args.learning_rate, args.momentum, args.nesterov),
+            group_timeout=args.group_timeout,
+            checkpoint_dir=args.checkpoint_dir,
+            checkpoint_every=args.checkpoint_every,
+            token=args.token,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+        )
+    except ValueError as error:
+        print(f"omnikeras ps: {error}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    server.start()
+    # Launchers and tests read this line to learn the port when --port is 0.
+    print(f"omnikeras ps listening on {server.address}", flush=True)
+    stop.wait()
+    server.stop()
+    return 0

@@ -1,0 +1,81 @@
+"""Checkpoints of the server's state, written atomically into one directory.
+
+Each checkpoint is one `.npz` file (weights, momentum buffers and a JSON header with the
+version, hyperparameters and groups), written to a temporary file and renamed into place,
+so a crash mid-write never leaves a torn checkpoint behind. A server started on the same
+directory resumes from the newest one.
+"""
+
+import dataclasses
+import json
+import os
+import pathlib
+import tempfile
+
+import numpy as np
+
+from omnikeras.parameter_server.server_state import ServerState
+from omnikeras.parameter_server.update_rule import Hyperparameters
+
+_PREFIX = "checkpoint-"
+_SUFFIX = ".npz"
+
+
+class CheckpointDirectory:
+    def __init__(self, directory: str | os.PathLike[str], keep: int = 3) -> None:
+        self.directory = pathlib.Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.keep = keep
+
+    def save(self, state: ServerState) -> pathlib.Path:
+        names = list(state.weights)
+        header = {
+            "version": state.version,
+            "names": names,
+            "with_velocity": [name in state.velocities for name in names],
+            "hyperparameters": dataclasses.asdict(state.hyperparameters),
+            "num_groups": state.num_groups,
+            "assignment": {str(w): g for w, g in state.assignment.items()},
+        }
+        arrays = {f"w{i}": state.weights[name] for i, name in enumerate(names)}
+        arrays.update(
+            {f"v{i}": state.velocities[name] for i, name in enumerate(names) if name in state.velocities}
+        )
+        path = self.directory / f"{_PREFIX}{state.version:012d}{_SUFFIX}"
+        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=_SUFFIX)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                np.savez(f, header=np.array(json.dumps(header)), **arrays)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            pathlib.Path(tmp).unlink(missing_ok=True)
+            raise
+        self._prune()
+        return path
+
+    def latest(self) -> pathlib.Path | None:
+        checkpoints = sorted(self.directory.glob(f"{_PREFIX}*{_SUFFIX}"))
+        return checkpoints[-1] if checkpoints else None
+
+    def load(self, path: pathlib.Path) -> ServerState:
+        with np.load(path) as data:
+            header = json.loads(str(data["header"]))
+            names = header["names"]
+            weights = {name: data[f"w{i}"] for i, name in enumerate(names)}
+            velocities = {
+                name: data[f"v{i}"] for i, name in enumerate(names) if header["with_velocity"][i]
+            }
+        return ServerState(
+            weights=weights,
+            velocities=velocities,
+            version=header["version"],
+            hyperparameters=Hyperparameters(**header["hyperparameters"]),
+            num_groups=header["num_groups"],
+            assignment={int(w): g for w, g in header["assignment"].items()},
+        )
+
+    def _prune(self) -> None:
+        for old in sorted(self.directory.glob(f"{_PREFIX}*{_SUFFIX}"))[: -self.keep]:
+            old.unlink(missing_ok=True)

@@ -1,0 +1,306 @@
+"""The Python client of the parameter server: one worker's view of the (sharded) model."""
+
+import socket
+from collections.abc import Callable, Iterator, Mapping
+from concurrent import futures
+from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
+
+from omnikeras.parameter_server import tensors
+from omnikeras.parameter_server.groups import PushResult
+from omnikeras.parameter_server.placement import balance_by_bytes
+from omnikeras.parameter_server.shard import ShardConnection
+from omnikeras.parameter_server.update_rule import Hyperparameters
+from omnikeras.v1 import parameter_server_pb2 as pb
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class Registration:
+    worker_id: int
+    group: int
+    num_groups: int
+    model_initialized: bool
+    hyperparameters: Hyperparameters
+
+
+@dataclass(frozen=True)
+class PullResult:
+    # The oldest version among the shards that answered.
+    model_version: int
+    # Only the variables of shards that had something newer when `only_if_newer` was set.
+    weights: dict[str, np.ndarray]
+
+
+class ParameterServerClient:
+    """Pushes gradients to and pulls weights from a parameter server, one or many shards.
+
+    One client acts for one worker. It remembers the model version of the weights it last
+    pulled from each shard and sends it with every push, so the server measures staleness
+    without the caller keeping track. With several shard addresses, each variable lives on
+    one shard (balanced by bytes) and every call fans out to the shards in parallel.
+
+    Args:
+        addresses: `"host:port"` of each server shard, in the same order on every worker.
+        token: Shared secret the servers expect; None (the default) sends none.
+        root_cert: PEM file of the CA that signed the servers' TLS certificates; None (the
+            default) connects without TLS.
+        timeout: Deadline in seconds of each push or pull, group wait included. Defaults
+            to 300.
+        retry_seconds: How long a call keeps retrying while a server is UNAVAILABLE.
+            Defaults to 30.
+
+    Example:
+
+    >>> client = ParameterServerClient(["127.0.0.1:50051"])
+    >>> worker = client.register()
+    >>> client.init_model({"w": np.zeros(3, "float32")}, Hyperparameters(0.1))
+    >>> reply = client.push_pull({"w": np.ones(3, "float32")}, step=1, example_count=32)
+    """
+
+    def __init__(
+        self,
+        addresses: list[str],
+        token: str | None = None,
+        root_cert: str | None = None,
+        timeout: float = 300.0,
+        retry_seconds: float = 30.0,
+    ) -> None:
+        if not addresses:
+            raise ValueError("at least one server address is needed")
+        self.shards = [ShardConnection(a, token, root_cert, retry_seconds) for a in addresses]
+        self.timeout = timeout
+        self.worker_id: int | None = None
+        self._placement: dict[str, int] | None = None
+        self._versions = [0] * len(self.shards)
+        self._pool = futures.ThreadPoolExecutor(len(self.shards)) if len(self.shards) > 1 else None
+
+    # Membership ---------------------------------------------------------------------------
+
+    def register(self, group: int = -1, worker_id: int = 0) -> Registration:
+        """Joins the cluster (on every shard, under one id) and returns the worker's place."""
+        host = socket.gethostname()
+        replies = []
+        for shard in self.shards:
+            request = pb.RegisterRequest(worker_id=worker_id, group=group, host=host)
+            reply = shard.call(lambda: shard.stub.Register(request, timeout=30, metadata=shard.metadata))
+            worker_id, group = reply.worker_id, reply.group
+            replies.append(reply)
+        self.worker_id = worker_id
+        self._versions = [r.model_version for r in replies]
+        return Registration(
+            worker_id=worker_id,
+            group=group,
+            num_groups=replies[0].num_groups,
+            model_initialized=all(r.model_initialized for r in replies),
+            hyperparameters=Hyperparameters.from_proto(replies[0].hyperparameters),
+        )
+
+    def deregister(self) -> None:
+        """Leaves the cluster, so the worker's group no longer waits for it."""
+        request = pb.DeregisterRequest(worker_id=self._worker_id())
+        self._each(lambda i, s: s.call(lambda: s.stub.Deregister(request, timeout=30, metadata=s.metadata)))
+        self.worker_id = None
+
+    # Model --------------------------------------------------------------------------------
+
+    def init_model(self, weights: Mapping[str, np.ndarray], hyperparameters: Hyperparameters) -> bool:
+        """Uploads the initial weights; False if the model was already initialised (by
+        another worker or from a checkpoint), in which case the caller should pull."""
+        placement = balance_by_bytes({n: w.nbytes for n, w in weights.items()}, len(self.shards))
+
+        def upload(index: int, shard: ShardConnection) -> pb.InitModelReply:
+            mine = {n: w for n, w in weights.items() if placement[n] == index}
+
+            def requests() -> Iterator[pb.InitModelRequest]:
+                yield pb.InitModelRequest(hyperparameters=hyperparameters.to_proto())
+                for chunk in tensors.encode(mine):
+                    yield pb.InitModelRequest(chunk=chunk)
+
+            return shard.call(lambda: shard.stub.InitModel(requests(), timeout=self.timeout, metadata=shard.metadata))
+
+        replies = self._each(upload)
+        self._placement = None
+        if all(r.initialized_by_caller for r in replies):
+            self._versions = [r.model_version for r in replies]
+            return True
+        return False
+
+    def pull(self, only_if_newer: bool = False, wait_for_model: float = 0.0) -> PullResult:
+        """Fetches the weights.
+
+        Args:
+            only_if_newer: Fetch only from shards whose weights changed since this client's
+                last pull.
+            wait_for_model: Seconds to wait for another worker to initialise the model.
+        """
+
+        def fetch(index: int, shard: ShardConnection) -> tuple[int, dict[str, np.ndarray]]:
+            request = pb.PullRequest(
+                newer_than=self._versions[index] if only_if_newer else -1,
+                wait_for_model_seconds=wait_for_model,
+            )
+            return shard.call(
+                lambda: _read_weights(
+                    shard.stub.Pull(request, timeout=self.timeout + wait_for_model, metadata=shard.metadata)
+                )[1:]
+            )
+
+        return self._merge(self._each(fetch))
+
+    def push(self, gradients: Mapping[str, np.ndarray], step: int, example_count: int) -> PushResult:
+        """Pushes one gradient and waits until its group step is applied.
+
+        Args:
+            gradients: One array per variable, the mean gradient over `example_count`
+                examples, computed at the weights this client last pulled.
+            step: This worker's step counter; strictly increasing. Sending a step again
+                (a retry) never applies it twice.
+            example_count: Examples behind the gradient; its weight in the group's mean.
+        """
+
+        def send(index: int, shard: ShardConnection) -> PushResult:
+            requests = self._push_requests(index, gradients, step, example_count)
+            return _push_result(shard.call(lambda: shard.stub.Push(requests(), timeout=self.timeout, metadata=shard.metadata)))
+
+        return self._each(send)[0]
+
+    def push_pull(
+        self, gradients: Mapping[str, np.ndarray], step: int, example_count: int
+    ) -> tuple[PushResult, PullResult]:
+        """`push`, then the weights its group step produced, in one round trip."""
+
+        def send(index: int, shard: ShardConnection) -> tuple[PushResult, int, dict[str, np.ndarray]]:
+            requests = self._push_requests(index, gradients, step, example_count)
+
+            def attempt() -> tuple[PushResult, int, dict[str, np.ndarray]]:
+                header, version, weights = _read_weights(
+                    shard.stub.PushPull(requests(), timeout=self.timeout, metadata=shard.metadata)
+                )
+                return _push_result(header.push), version, weights
+
+            return shard.call(attempt)
+
+        replies = self._each(send)
+        return replies[0][0], self._merge([(version, weights) for _, version, weights in replies])
+
+    def describe(self) -> pb.DescribeReply:
+        """The variables, hyperparameters and groups, with the variables of every shard."""
+        replies = self._each(
+            lambda i, s: s.call(lambda: s.stub.Describe(pb.DescribeRequest(), timeout=30, metadata=s.metadata))
+        )
+        merged = pb.DescribeReply()
+        merged.CopyFrom(replies[0])
+        merged.model_version = min(r.model_version for r in replies)
+        merged.model_initialized = all(r.model_initialized for r in replies)
+        for reply in replies[1:]:
+            merged.variables.extend(reply.variables)
+        return merged
+
+    # Control ------------------------------------------------------------------------------
+
+    def set_hyperparameters(self, hyperparameters: Hyperparameters) -> None:
+        request = pb.SetHyperparametersRequest(hyperparameters=hyperparameters.to_proto())
+        self._each(lambda i, s: s.call(lambda: s.stub.SetHyperparameters(request, timeout=30, metadata=s.metadata)))
+
+    def set_groups(self, num_groups: int = 0, assignment: Mapping[int, int] | None = None) -> dict[int, int]:
+        """Regroups the workers between group steps; returns worker id -> group.
+
+        Args:
+            num_groups: The new number of groups; 0 keeps the current one.
+            assignment: Worker id -> group for the workers to place explicitly; the
+                others are spread evenly.
+        """
+        request = pb.SetGroupsRequest(num_groups=num_groups, assignment=dict(assignment or {}))
+        replies = self._each(lambda i, s: s.call(lambda: s.stub.SetGroups(request, timeout=self.timeout, metadata=s.metadata)))
+        return dict(replies[0].assignment)
+
+    def stats(self) -> list[pb.StatsReply]:
+        """Each shard's statistics: versions, staleness histograms per group, counters."""
+        return self._each(lambda i, s: s.call(lambda: s.stub.GetStats(pb.StatsRequest(), timeout=30, metadata=s.metadata)))
+
+    def checkpoint(self) -> list[str]:
+        """Makes every shard write a checkpoint now; returns their paths."""
+        replies = self._each(
+            lambda i, s: s.call(lambda: s.stub.Checkpoint(pb.CheckpointRequest(), timeout=self.timeout, metadata=s.metadata))
+        )
+        return [r.path for r in replies]
+
+    def close(self) -> None:
+        for shard in self.shards:
+            shard.close()
+        if self._pool is not None:
+            self._pool.shutdown()
+
+    def __enter__(self) -> "ParameterServerClient":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # Internals ----------------------------------------------------------------------------
+
+    def _push_requests(
+        self, index: int, gradients: Mapping[str, np.ndarray], step: int, example_count: int
+    ) -> Callable[[], Iterator[pb.PushRequest]]:
+        placement = self._variable_placement()
+        unknown = gradients.keys() - placement.keys()
+        if unknown:
+            raise KeyError(f"the server holds no variables named {sorted(unknown)}")
+        mine = {n: g for n, g in gradients.items() if placement[n] == index}
+        header = pb.PushHeader(
+            worker_id=self._worker_id(),
+            step=step,
+            model_version=self._versions[index],
+            example_count=example_count,
+        )
+
+        def requests() -> Iterator[pb.PushRequest]:
+            yield pb.PushRequest(header=header)
+            for chunk in tensors.encode(mine):
+                yield pb.PushRequest(chunk=chunk)
+
+        return requests
+
+    def _variable_placement(self) -> dict[str, int]:
+        if self._placement is None:
+            placement = {}
+            for index, shard in enumerate(self.shards):
+                reply = shard.call(lambda: shard.stub.Describe(pb.DescribeRequest(), timeout=30, metadata=shard.metadata))
+                placement.update({spec.name: index for spec in reply.variables})
+            self._placement = placement
+        return self._placement
+
+    def _merge(self, replies: list[tuple[int, dict[str, np.ndarray]]]) -> PullResult:
+        weights: dict[str, np.ndarray] = {}
+        for index, (version, shard_weights) in enumerate(replies):
+            if shard_weights:
+                self._versions[index] = version
+            weights.update(shard_weights)
+        return PullResult(min(version for version, _ in replies), weights)
+
+    def _each(self, call: Callable[[int, ShardConnection], _T]) -> list[_T]:
+        """Runs `call(index, shard)` on every shard, in parallel when there are several."""
+        if self._pool is None:
+            return [call(0, self.shards[0])]
+        return list(self._pool.map(call, range(len(self.shards)), self.shards))
+
+    def _worker_id(self) -> int:
+        if self.worker_id is None:
+            raise RuntimeError("register() first")
+        return self.worker_id
+
+
+def _read_weights(replies: Iterator[pb.PullReply]) -> tuple[pb.PullHeader, int, dict[str, np.ndarray]]:
+    header = next(replies).header
+    assembler = tensors.TensorAssembler()
+    for reply in replies:
+        assembler.add(reply.chunk)
+    return header, header.model_version, assembler.finish()
+
+
+def _push_result(reply: pb.PushReply) -> PushResult:
+    return PushResult(reply.model_version, reply.group, reply.group_members_combined)

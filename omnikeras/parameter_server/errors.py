@@ -1,0 +1,21 @@
+"""The errors that the parameter server turns into gRPC statuses."""
+
+import grpc
+
+
+class ParameterServerError(Exception):
+    """A request the server refuses; `code` is the gRPC status the caller receives."""
+
+    code = grpc.StatusCode.INTERNAL
+
+
+class InvalidArgument(ParameterServerError, ValueError):
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class NotFound(ParameterServerError):
+    code = grpc.StatusCode.NOT_FOUND
+
+
+class FailedPrecondition(ParameterServerError):
+    code = grpc.StatusCode.FAILED_PRECONDITION

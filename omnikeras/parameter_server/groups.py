@@ -1,0 +1,369 @@
+"""Compute groups: synchronous inside a group, asynchronous across groups.
+
+Every registered worker belongs to one of `num_groups` groups. A group step collects one
+gradient from each live member; when the last one arrives, their mean weighted by example
+count is applied as ONE update. Groups do not wait for each other. A member that misses the
+group deadline is dropped, so a dead worker never blocks its group for longer than that.
+"""
+
+import collections
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from omnikeras.parameter_server.errors import FailedPrecondition, InvalidArgument, NotFound
+from omnikeras.parameter_server.model_state import ModelState
+from omnikeras.parameter_server.server_state import ServerState
+from omnikeras.parameter_server.update_rule import Hyperparameters
+from omnikeras.v1 import parameter_server_pb2 as pb
+
+# How often a waiting push wakes up to see whether its caller went away.
+_POLL_SECONDS = 0.5
+
+
+@dataclass(frozen=True)
+class PushResult:
+    model_version: int
+    group: int
+    members_combined: int
+
+
+@dataclass
+class _Contribution:
+    gradients: dict[str, np.ndarray]
+    example_count: int
+    computed_at: int
+
+
+@dataclass
+class _GroupStep:
+    deadline: float
+    contributions: dict[int, _Contribution] = field(default_factory=dict)
+    result: PushResult | None = None
+
+
+@dataclass
+class _Worker:
+    group: int
+    host: str
+    last_step: int = -1
+    last_result: PushResult | None = None
+
+
+@dataclass(frozen=True)
+class GroupStats:
+    group: int
+    members: list[int]
+    updates_applied: int
+    staleness_histogram: dict[int, int]
+
+
+@dataclass(frozen=True)
+class CoordinatorStats:
+    model_version: int
+    updates_applied: int
+    pushes_received: int
+    pushes_rejected_non_finite: int
+    workers_dropped: int
+    groups: list[GroupStats]
+
+
+class GroupCoordinator:
+    """Owns the model state and the group membership; every method is thread-safe."""
+
+    def __init__(self, model: ModelState, num_groups: int = 1, group_timeout: float = 60.0) -> None:
+        if num_groups < 1:
+            raise InvalidArgument(f"num_groups must be at least 1, got {num_groups}")
+        if group_timeout <= 0:
+            raise InvalidArgument(f"group_timeout must be positive, got {group_timeout}")
+        self.model = model
+        self.num_groups = num_groups
+        self.group_timeout = group_timeout
+        self._cond = threading.Condition()
+        self._workers: dict[int, _Worker] = {}
+        # Every worker id ever placed -> its group; kept across restarts so a worker that
+        # re-registers returns to its group.
+        self._assignment: dict[int, int] = {}
+        self._dropped: set[int] = set()
+        self._pending: dict[int, _GroupStep] = {}
+        self._next_worker_id = 1
+        self._updates: collections.Counter[int] = collections.Counter()
+        self._staleness: dict[int, collections.Counter[int]] = collections.defaultdict(
+            collections.Counter
+        )
+        self._pushes_received = 0
+        self._rejected_non_finite = 0
+        self._workers_dropped = 0
+
+    # Membership ---------------------------------------------------------------------------
+
+    def register(self, worker_id: int = 0, group: int = -1, host: str = "") -> tuple[int, int]:
+        with self._cond:
+            if worker_id < 0:
+                raise InvalidArgument(f"worker_id must be positive or 0, got {worker_id}")
+            if group >= self.num_groups or group < -1:
+                raise InvalidArgument(f"group {group} is not in [0, {self.num_groups})")
+            if worker_id == 0:
+                worker_id = self._next_worker_id
+            self._next_worker_id = max(self._next_worker_id, worker_id + 1)
+            if worker_id in self._workers:
+                # A worker that re-registers (after a restart of its own) leaves its group
+                # step first, so it is not counted twice.
+                self._remove(worker_id)
+            if group == -1:
+                previous = self._assignment.get(worker_id, -1)
+                group = previous if 0 <= previous < self.num_groups else self._smallest_group()
+            self._workers[worker_id] = _Worker(group=group, host=host)
+            self._assignment[worker_id] = group
+            self._dropped.discard(worker_id)
+            return worker_id, group
+
+    def deregister(self, worker_id: int) -> None:
+        with self._cond:
+            self._worker(worker_id)
+            self._remove(worker_id)
+
+    def set_groups(self, num_groups: int, assignment: Mapping[int, int]) -> tuple[int, dict[int, int], int]:
+        """Regroups between group steps: partial steps are applied first, so none is lost.
+
+        Returns the number of groups, the full assignment and how many partial steps were
+        applied.
+        """
+        with self._cond:
+            num_groups = num_groups or self.num_groups
+            if num_groups < 1:
+                raise InvalidArgument(f"num_groups must be at least 1, got {num_groups}")
+            for worker_id, group in assignment.items():
+                self._worker(worker_id)
+                if not 0 <= group < num_groups:
+                    raise InvalidArgument(f"worker {worker_id}: group {group} is not in [0, {num_groups})")
+            flushed = 0
+            for group in list(self._pending):
+                self._complete(group)
+                flushed += 1
+            self.num_groups = num_groups
+            for worker_id, group in assignment.items():
+                self._workers[worker_id].group = group
+            sizes = collections.Counter(assignment.values())
+            for worker_id in sorted(self._workers.keys() - assignment.keys()):
+                group = min(range(num_groups), key=lambda g: (sizes[g], g))
+                sizes[group] += 1
+                self._workers[worker_id].group = group
+            self._assignment.update({w: worker.group for w, worker in self._workers.items()})
+            return num_groups, {w: worker.group for w, worker in self._workers.items()}, flushed
+
+    # Model --------------------------------------------------------------------------------
+
+    def initialize(self, weights: Mapping[str, np.ndarray], hyperparameters: Hyperparameters) -> bool:
+        """Sets the initial weights unless another caller (or a checkpoint) did first."""
+        with self._cond:
+            if self.model.initialized:
+                return False
+            self.model.initialize(weights)
+            self.model.hyperparameters = hyperparameters
+            self._cond.notify_all()
+            return True
+
+    def wait_for_model(self, timeout: float) -> None:
+        with self._cond:
+            if not self._cond.wait_for(lambda: self.model.initialized, timeout=timeout):
+                self.model.require_initialized()
+
+    def set_hyperparameters(self, hyperparameters: Hyperparameters) -> None:
+        with self._cond:
+            self.model.hyperparameters = hyperparameters
+
+    def hyperparameters(self) -> Hyperparameters:
+        with self._cond:
+            return self.model.hyperparameters
+
+    def weights_newer_than(self, version: int) -> tuple[int, list[pb.PullReply] | None]:
+        """The current version and its weight chunks, or None if `version` is current."""
+        with self._cond:
+            self.model.require_initialized()
+            if version >= self.model.version:
+                return self.model.version, None
+            return self.model.version, self.model.weight_chunks()
+
+    def count_rejected_non_finite(self) -> None:
+        with self._cond:
+            self._pushes_received += 1
+            self._rejected_non_finite += 1
+
+    # Group steps --------------------------------------------------------------------------
+
+    def check_pusher(self, worker_id: int) -> None:
+        """Fails fast, before a gradient is read, for a caller that may not push."""
+        with self._cond:
+            self._worker(worker_id)
+            self.model.require_initialized()
+
+    def push(
+        self,
+        worker_id: int,
+        step: int,
+        computed_at: int,
+        example_count: int,
+        gradients: dict[str, np.ndarray],
+        caller_gone: Callable[[], bool] = lambda: False,
+    ) -> PushResult:
+        """Adds one member's gradient to its group step and waits until that step is applied.
+
+        A push whose step this worker already pushed (a retry) is not applied again: it gets
+        the result of the step that took it.
+        """
+        if example_count <= 0:
+            raise InvalidArgument(f"example_count must be positive, got {example_count}")
+        with self._cond:
+            worker = self._worker(worker_id)
+            self.model.require_initialized()
+            if computed_at > self.model.version or computed_at < 0:
+                raise InvalidArgument(
+                    f"gradient computed at version {computed_at}; the server is at {self.model.version}"
+                )
+            self._pushes_received += 1
+            if step <= worker.last_step:
+                return self._duplicate(worker_id, worker, step, caller_gone)
+            group = worker.group
+            pending = self._pending.get(group)
+            if pending is None:
+                pending = self._pending[group] = _GroupStep(time.monotonic() + self.group_timeout)
+            pending.contributions[worker_id] = _Contribution(gradients, example_count, computed_at)
+            worker.last_step = step
+            if self._members(group) <= pending.contributions.keys():
+                self._complete(group)
+            return self._wait(pending, group, caller_gone)
+
+    def _duplicate(
+        self, worker_id: int, worker: _Worker, step: int, caller_gone: Callable[[], bool]
+    ) -> PushResult:
+        if step != worker.last_step:
+            raise FailedPrecondition(
+                f"worker {worker_id}: step {step} is older than its last push (step {worker.last_step})"
+            )
+        pending = self._pending.get(worker.group)
+        if pending is not None and worker_id in pending.contributions:
+            return self._wait(pending, worker.group, caller_gone)
+        assert worker.last_result is not None
+        return worker.last_result
+
+    def _wait(self, pending: _GroupStep, group: int, caller_gone: Callable[[], bool]) -> PushResult:
+        while pending.result is None:
+            remaining = pending.deadline - time.monotonic()
+            if remaining <= 0:
+                self._drop_missing(group, pending)
+                self._complete(group)
+                break
+            self._cond.wait(min(remaining, _POLL_SECONDS))
+            if pending.result is None and caller_gone():
+                raise FailedPrecondition("the caller went away while its group step was pending")
+        assert pending.result is not None
+        return pending.result
+
+    def _complete(self, group: int) -> None:
+        pending = self._pending.pop(group)
+        contributions = list(pending.contributions.values())
+        staleness = self.model.version - min(c.computed_at for c in contributions)
+        self.model.apply(_weighted_mean(contributions))
+        pending.result = PushResult(self.model.version, group, len(contributions))
+        for worker_id in pending.contributions:
+            if worker_id in self._workers:
+                self._workers[worker_id].last_result = pending.result
+        self._updates[group] += 1
+        self._staleness[group][staleness] += 1
+        self._cond.notify_all()
+
+    def _drop_missing(self, group: int, pending: _GroupStep) -> None:
+        for worker_id in self._members(group) - pending.contributions.keys():
+            del self._workers[worker_id]
+            self._dropped.add(worker_id)
+            self._workers_dropped += 1
+
+    def _remove(self, worker_id: int) -> None:
+        group = self._workers.pop(worker_id).group
+        pending = self._pending.get(group)
+        if pending is None:
+            return
+        # A gradient it already pushed stays in the step; the others no longer wait for it.
+        if pending.contributions and self._members(group) <= pending.contributions.keys():
+            self._complete(group)
+
+    def _members(self, group: int) -> set[int]:
+        return {w for w, worker in self._workers.items() if worker.group == group}
+
+    def _smallest_group(self) -> int:
+        sizes = collections.Counter(worker.group for worker in self._workers.values())
+        return min(range(self.num_groups), key=lambda g: (sizes[g], g))
+
+    def _worker(self, worker_id: int) -> _Worker:
+        worker = self._workers.get(worker_id)
+        if worker is not None:
+            return worker
+        if worker_id in self._dropped:
+            raise FailedPrecondition(
+                f"worker {worker_id} was dropped from its group after missing the group "
+                "deadline; register again"
+            )
+        raise NotFound(f"unknown worker {worker_id}: register first")
+
+    # Stats and checkpoints ----------------------------------------------------------------
+
+    def stats(self) -> CoordinatorStats:
+        with self._cond:
+            return CoordinatorStats(
+                model_version=self.model.version,
+                updates_applied=sum(self._updates.values()),
+                pushes_received=self._pushes_received,
+                pushes_rejected_non_finite=self._rejected_non_finite,
+                workers_dropped=self._workers_dropped,
+                groups=[
+                    GroupStats(
+                        group=g,
+                        members=sorted(self._members(g)),
+                        updates_applied=self._updates[g],
+                        staleness_histogram=dict(self._staleness[g]),
+                    )
+                    for g in range(self.num_groups)
+                ],
+            )
+
+    def checkpoint_state(self) -> ServerState:
+        """A consistent copy of everything a restarted server needs."""
+        with self._cond:
+            weights, velocities = self.model.snapshot()
+            return ServerState(
+                weights=weights,
+                velocities=velocities,
+                version=self.model.version,
+                hyperparameters=self.model.hyperparameters,
+                num_groups=self.num_groups,
+                assignment=dict(self._assignment),
+            )
+
+    def restore(self, state: ServerState) -> None:
+        with self._cond:
+            self.model.initialize(state.weights, state.version, state.velocities)
+            self.model.hyperparameters = state.hyperparameters
+            self.num_groups = state.num_groups
+            self._assignment = dict(state.assignment)
+            self._next_worker_id = max(self._assignment, default=0) + 1
+            self._cond.notify_all()
+
+
+def _weighted_mean(contributions: list[_Contribution]) -> dict[str, np.ndarray]:
+    """Mean of the members' gradients weighted by example count, built in the first
+    member's buffers (they are consumed)."""
+    if len(contributions) == 1:
+        return contributions[0].gradients
+    total = sum(c.example_count for c in contributions)
+    combined = contributions[0].gradients
+    for name, array in combined.items():
+        array *= array.dtype.type(contributions[0].example_count / total)
+        for other in contributions[1:]:
+            scratch = other.gradients[name]
+            scratch *= scratch.dtype.type(other.example_count / total)
+            array += scratch
+    return combined

@@ -1,0 +1,165 @@
+"""Runs the parameter server: the gRPC service, health checks, auth and checkpoints."""
+
+import logging
+import os
+import pathlib
+import threading
+from concurrent import futures
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from omnikeras.parameter_server import auth
+from omnikeras.parameter_server.checkpoints import CheckpointDirectory
+from omnikeras.parameter_server.groups import GroupCoordinator
+from omnikeras.parameter_server.model_state import ModelState
+from omnikeras.parameter_server.servicer import ParameterServerServicer
+from omnikeras.parameter_server.update_rule import Hyperparameters
+from omnikeras.v1 import parameter_server_pb2_grpc as pb_grpc
+
+logger = logging.getLogger(__name__)
+
+SERVICE_NAME = "omnikeras.v1.ParameterServer"
+
+
+class ParameterServer:
+    """A parameter server for grouped asynchronous SGD, served over gRPC.
+
+    Holds a model's weights and applies one update per group step, asynchronously across
+    groups. A server started on a checkpoint directory that holds checkpoints resumes from
+    the newest one.
+
+    Args:
+        host: Address to listen on. Defaults to `"127.0.0.1"`; use `"0.0.0.0"` to serve
+            other machines.
+        port: Port to listen on; 0 (the default) picks a free one (see `port`).
+        num_groups: Number of compute groups. Defaults to 1 (synchronous SGD).
+        hyperparameters: Update rule settings until a worker initialises the model with
+            its own. Defaults to `Hyperparameters()`.
+        group_timeout: Seconds a group step waits for its last member before it goes ahead
+            without it and drops it. Defaults to 60.
+        checkpoint_dir: Directory for checkpoints; None (the default) disables them.
+        checkpoint_every: Seconds between automatic checkpoints; None (the default) writes
+            them only on request and at shutdown.
+        token: Shared secret that every call must carry; None (the default) lets any
+            caller in.
+        tls_cert, tls_key: PEM files to serve TLS with; None (the default) serves plain
+            text.
+
+    Example:
+
+    >>> server = ParameterServer(num_groups=2)
+    >>> port = server.start()
+    >>> server.stop()
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        num_groups: int = 1,
+        hyperparameters: Hyperparameters | None = None,
+        group_timeout: float = 60.0,
+        checkpoint_dir: str | os.PathLike[str] | None = None,
+        checkpoint_every: float | None = None,
+        token: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+    ) -> None:
+        if (tls_cert is None) != (tls_key is None):
+            raise ValueError("TLS needs both a certificate and a key")
+        if checkpoint_every is not None and checkpoint_dir is None:
+            raise ValueError("checkpoint_every needs a checkpoint_dir")
+        self.host = host
+        self.port = port
+        self.coordinator = GroupCoordinator(
+            ModelState(hyperparameters or Hyperparameters()), num_groups, group_timeout
+        )
+        self.checkpoints = CheckpointDirectory(checkpoint_dir) if checkpoint_dir else None
+        self.checkpoint_every = checkpoint_every
+        self.token = token
+        self.tls = (tls_cert, tls_key) if tls_cert and tls_key else None
+        self._server: grpc.Server | None = None
+        self._stopping = threading.Event()
+        self._checkpointer: threading.Thread | None = None
+        self._last_saved_version = -1
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def start(self) -> int:
+        """Restores the newest checkpoint, if any, and starts serving; returns the port."""
+        self._restore()
+        interceptors = [auth.TokenInterceptor(self.token)] if self.token else []
+        # Each member of a pending group step holds a thread while it waits.
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=64), interceptors=interceptors)
+        pb_grpc.add_ParameterServerServicer_to_server(
+            ParameterServerServicer(
+                self.coordinator, self.save_checkpoint if self.checkpoints else None
+            ),
+            server,
+        )
+        health_servicer = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        bind = f"{self.host}:{self.port}"
+        if self.tls:
+            self.port = server.add_secure_port(bind, auth.server_credentials(*self.tls))
+        else:
+            self.port = server.add_insecure_port(bind)
+        server.start()
+        for service in ("", SERVICE_NAME):
+            health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+        self._server = server
+        if self.checkpoint_every:
+            self._checkpointer = threading.Thread(target=self._checkpoint_loop, daemon=True)
+            self._checkpointer.start()
+        logger.info("parameter server listening on %s", self.address)
+        return self.port
+
+    def stop(self, grace: float = 1.0) -> None:
+        """Stops serving and writes a last checkpoint if the model changed since the last."""
+        self._stopping.set()
+        if self._server is not None:
+            self._server.stop(grace).wait()
+        if self._checkpointer is not None:
+            self._checkpointer.join()
+        model = self.coordinator.model
+        if self.checkpoints and model.initialized and model.version != self._last_saved_version:
+            self.save_checkpoint()
+
+    def wait(self) -> None:
+        if self._server is not None:
+            self._server.wait_for_termination()
+
+    def save_checkpoint(self) -> tuple[pathlib.Path, int]:
+        """Writes a checkpoint now; returns its path and model version."""
+        if self.checkpoints is None:
+            raise ValueError("the server has no checkpoint directory")
+        state = self.coordinator.checkpoint_state()
+        path = self.checkpoints.save(state)
+        self._last_saved_version = state.version
+        logger.info("checkpoint of version %d written to %s", state.version, path)
+        return path, state.version
+
+    def _restore(self) -> None:
+        if self.checkpoints is None:
+            return
+        latest = self.checkpoints.latest()
+        if latest is None:
+            return
+        state = self.checkpoints.load(latest)
+        self.coordinator.restore(state)
+        self._last_saved_version = state.version
+        logger.info("resumed from %s (version %d)", latest, state.version)
+
+    def _checkpoint_loop(self) -> None:
+        assert self.checkpoint_every is not None
+        while not self._stopping.wait(self.checkpoint_every):
+            model = self.coordinator.model
+            if not model.initialized or model.version == self._last_saved_version:
+                continue
+            try:
+                self.save_checkpoint()
+            except OSError:
+                logger.exception("periodic checkpoint failed; the next one will retry")

@@ -1,0 +1,229 @@
+"""The gRPC face of the parameter server: turns messages into `GroupCoordinator` calls and
+`ParameterServerError`s into gRPC statuses."""
+
+import functools
+import logging
+import pathlib
+import time
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+import grpc
+import numpy as np
+
+from omnikeras.parameter_server import tensors
+from omnikeras.parameter_server.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    ParameterServerError,
+)
+from omnikeras.parameter_server.groups import GroupCoordinator, PushResult
+from omnikeras.parameter_server.update_rule import Hyperparameters
+from omnikeras.v1 import parameter_server_pb2 as pb
+from omnikeras.v1 import parameter_server_pb2_grpc as pb_grpc
+
+logger = logging.getLogger(__name__)
+
+_Handler = TypeVar("_Handler", bound=Callable)
+
+
+def _status_on_error(method: _Handler) -> _Handler:
+    """Aborts the call with the error's gRPC status; the server's state is untouched."""
+
+    @functools.wraps(method)
+    def wrapper(self, request, context):  # type: ignore[no-untyped-def]
+        try:
+            result = method(self, request, context)
+            if isinstance(result, Iterator):
+                # Streaming replies raise while being iterated, inside gRPC's loop.
+                return _abort_on_error(result, context)
+            return result
+        except ParameterServerError as error:
+            context.abort(error.code, str(error))
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _abort_on_error(replies: Iterator, context: grpc.ServicerContext) -> Iterator:
+    try:
+        yield from replies
+    except ParameterServerError as error:
+        context.abort(error.code, str(error))
+
+
+class ParameterServerServicer(pb_grpc.ParameterServerServicer):
+    def __init__(
+        self,
+        coordinator: GroupCoordinator,
+        save_checkpoint: Callable[[], tuple[pathlib.Path, int]] | None = None,
+    ) -> None:
+        self.coordinator = coordinator
+        self.save_checkpoint = save_checkpoint
+        self._started = time.monotonic()
+
+    @_status_on_error
+    def Register(self, request: pb.RegisterRequest, context: grpc.ServicerContext) -> pb.RegisterReply:
+        worker_id, group = self.coordinator.register(request.worker_id, request.group, request.host)
+        model = self.coordinator.model
+        logger.info("worker %d (%s) joined group %d", worker_id, request.host or context.peer(), group)
+        return pb.RegisterReply(
+            worker_id=worker_id,
+            group=group,
+            num_groups=self.coordinator.num_groups,
+            model_version=model.version,
+            model_initialized=model.initialized,
+            hyperparameters=self.coordinator.hyperparameters().to_proto(),
+        )
+
+    @_status_on_error
+    def Deregister(self, request: pb.DeregisterRequest, context: grpc.ServicerContext) -> pb.DeregisterReply:
+        self.coordinator.deregister(request.worker_id)
+        logger.info("worker %d left", request.worker_id)
+        return pb.DeregisterReply()
+
+    @_status_on_error
+    def InitModel(self, request_iterator: Iterator[pb.InitModelRequest], context: grpc.ServicerContext) -> pb.InitModelReply:
+        first = next(request_iterator, None)
+        if first is None or not first.HasField("hyperparameters"):
+            raise InvalidArgument("InitModel must start with the hyperparameters")
+        hyperparameters = Hyperparameters.from_proto(first.hyperparameters)
+        weights = tensors.assemble(_chunks(request_iterator))
+        if not weights:
+            raise InvalidArgument("InitModel carried no variables")
+        for name, array in weights.items():
+            _require_finite(name, array, "initial weight")
+        initialized = self.coordinator.initialize(weights, hyperparameters)
+        return pb.InitModelReply(
+            model_version=self.coordinator.model.version, initialized_by_caller=initialized
+        )
+
+    @_status_on_error
+    def Describe(self, request: pb.DescribeRequest, context: grpc.ServicerContext) -> pb.DescribeReply:
+        model = self.coordinator.model
+        return pb.DescribeReply(
+            model_initialized=model.initialized,
+            model_version=model.version,
+            variables=[spec.to_proto() for spec in model.specs.values()],
+            hyperparameters=self.coordinator.hyperparameters().to_proto(),
+            num_groups=self.coordinator.num_groups,
+        )
+
+    @_status_on_error
+    def Push(self, request_iterator: Iterator[pb.PushRequest], context: grpc.ServicerContext) -> pb.PushReply:
+        return _push_reply(self._push(request_iterator, context))
+
+    @_status_on_error
+    def Pull(self, request: pb.PullRequest, context: grpc.ServicerContext) -> Iterator[pb.PullReply]:
+        if request.wait_for_model_seconds > 0:
+            self.coordinator.wait_for_model(request.wait_for_model_seconds)
+        version, chunks = self.coordinator.weights_newer_than(request.newer_than)
+        return _weights(version, chunks, push=None)
+
+    @_status_on_error
+    def PushPull(self, request_iterator: Iterator[pb.PushRequest], context: grpc.ServicerContext) -> Iterator[pb.PullReply]:
+        push = self._push(request_iterator, context)
+        version, chunks = self.coordinator.weights_newer_than(-1)
+        return _weights(version, chunks, push=push)
+
+    @_status_on_error
+    def SetHyperparameters(self, request: pb.SetHyperparametersRequest, context: grpc.ServicerContext) -> pb.SetHyperparametersReply:
+        hyperparameters = Hyperparameters.from_proto(request.hyperparameters)
+        self.coordinator.set_hyperparameters(hyperparameters)
+        logger.info("hyperparameters set to %s", hyperparameters)
+        return pb.SetHyperparametersReply(hyperparameters=hyperparameters.to_proto())
+
+    @_status_on_error
+    def SetGroups(self, request: pb.SetGroupsRequest, context: grpc.ServicerContext) -> pb.SetGroupsReply:
+        num_groups, assignment, flushed = self.coordinator.set_groups(
+            request.num_groups, dict(request.assignment)
+        )
+        logger.info("regrouped into %d groups: %s", num_groups, assignment)
+        return pb.SetGroupsReply(num_groups=num_groups, assignment=assignment, flushed_group_steps=flushed)
+
+    @_status_on_error
+    def GetStats(self, request: pb.StatsRequest, context: grpc.ServicerContext) -> pb.StatsReply:
+        stats = self.coordinator.stats()
+        model = self.coordinator.model
+        return pb.StatsReply(
+            model_version=stats.model_version,
+            updates_applied=stats.updates_applied,
+            pushes_received=stats.pushes_received,
+            pushes_rejected_non_finite=stats.pushes_rejected_non_finite,
+            workers_dropped=stats.workers_dropped,
+            parameter_count=model.parameter_count,
+            parameter_bytes=model.parameter_bytes,
+            hyperparameters=self.coordinator.hyperparameters().to_proto(),
+            groups=[
+                pb.GroupStats(
+                    group=g.group,
+                    members=g.members,
+                    updates_applied=g.updates_applied,
+                    staleness_histogram=g.staleness_histogram,
+                )
+                for g in stats.groups
+            ],
+            mean_apply_seconds=model.apply_seconds_total / max(stats.updates_applied, 1),
+            uptime_seconds=time.monotonic() - self._started,
+        )
+
+    @_status_on_error
+    def Checkpoint(self, request: pb.CheckpointRequest, context: grpc.ServicerContext) -> pb.CheckpointReply:
+        if self.save_checkpoint is None:
+            raise FailedPrecondition("the server was started without a checkpoint directory")
+        self.coordinator.model.require_initialized()
+        path, version = self.save_checkpoint()
+        return pb.CheckpointReply(path=str(path), model_version=version)
+
+    def _push(self, request_iterator: Iterator[pb.PushRequest], context: grpc.ServicerContext) -> PushResult:
+        first = next(request_iterator, None)
+        if first is None or not first.HasField("header"):
+            raise InvalidArgument("a push must start with its header")
+        header = first.header
+        self.coordinator.check_pusher(header.worker_id)
+        gradients = tensors.assemble(_chunks(request_iterator), self.coordinator.model.specs)
+        try:
+            for name, array in gradients.items():
+                _require_finite(name, array, "gradient")
+        except InvalidArgument:
+            self.coordinator.count_rejected_non_finite()
+            raise
+        return self.coordinator.push(
+            header.worker_id,
+            header.step,
+            header.model_version,
+            header.example_count,
+            gradients,
+            caller_gone=lambda: not context.is_active(),
+        )
+
+
+def _chunks(requests: Iterator[pb.PushRequest] | Iterator[pb.InitModelRequest]) -> Iterator[pb.TensorChunk]:
+    for request in requests:
+        if not request.HasField("chunk"):
+            raise InvalidArgument("after the first message, a stream carries only tensor chunks")
+        yield request.chunk
+
+
+def _weights(version: int, chunks: list[pb.PullReply] | None, push: PushResult | None) -> Iterator[pb.PullReply]:
+    header = pb.PullHeader(model_version=version, has_weights=chunks is not None)
+    if push is not None:
+        header.push.CopyFrom(_push_reply(push))
+    yield pb.PullReply(header=header)
+    if chunks is not None:
+        yield from chunks
+
+
+def _push_reply(result: PushResult) -> pb.PushReply:
+    return pb.PushReply(
+        model_version=result.model_version,
+        group=result.group,
+        group_members_combined=result.members_combined,
+    )
+
+
+def _require_finite(name: str, array: np.ndarray, what: str) -> None:
+    # A sum is one pass with no temporary; only when it is not finite (NaN, Inf, or an
+    # overflow of large finite values) is the exact check needed.
+    if np.isfinite(array.sum()) or np.isfinite(array).all():
+        return
+    raise InvalidArgument(f"{what} {name!r} holds NaN or Inf values; rejected")

@@ -1,0 +1,268 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class VariableSpec(_message.Message):
+    __slots__ = ("name", "dtype", "shape")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    dtype: str
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, name: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class TensorChunk(_message.Message):
+    __slots__ = ("spec", "offset", "data")
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    spec: VariableSpec
+    offset: int
+    data: bytes
+    def __init__(self, spec: _Optional[_Union[VariableSpec, _Mapping]] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class Hyperparameters(_message.Message):
+    __slots__ = ("learning_rate", "momentum", "nesterov")
+    LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
+    MOMENTUM_FIELD_NUMBER: _ClassVar[int]
+    NESTEROV_FIELD_NUMBER: _ClassVar[int]
+    learning_rate: float
+    momentum: float
+    nesterov: bool
+    def __init__(self, learning_rate: _Optional[float] = ..., momentum: _Optional[float] = ..., nesterov: _Optional[bool] = ...) -> None: ...
+
+class RegisterRequest(_message.Message):
+    __slots__ = ("worker_id", "group", "host")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    worker_id: int
+    group: int
+    host: str
+    def __init__(self, worker_id: _Optional[int] = ..., group: _Optional[int] = ..., host: _Optional[str] = ...) -> None: ...
+
+class RegisterReply(_message.Message):
+    __slots__ = ("worker_id", "group", "num_groups", "model_version", "model_initialized", "hyperparameters")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    NUM_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    MODEL_INITIALIZED_FIELD_NUMBER: _ClassVar[int]
+    HYPERPARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    worker_id: int
+    group: int
+    num_groups: int
+    model_version: int
+    model_initialized: bool
+    hyperparameters: Hyperparameters
+    def __init__(self, worker_id: _Optional[int] = ..., group: _Optional[int] = ..., num_groups: _Optional[int] = ..., model_version: _Optional[int] = ..., model_initialized: _Optional[bool] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ...) -> None: ...
+
+class DeregisterRequest(_message.Message):
+    __slots__ = ("worker_id",)
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    worker_id: int
+    def __init__(self, worker_id: _Optional[int] = ...) -> None: ...
+
+class DeregisterReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class InitModelRequest(_message.Message):
+    __slots__ = ("hyperparameters", "chunk")
+    HYPERPARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    hyperparameters: Hyperparameters
+    chunk: TensorChunk
+    def __init__(self, hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., chunk: _Optional[_Union[TensorChunk, _Mapping]] = ...) -> None: ...
+
+class InitModelReply(_message.Message):
+    __slots__ = ("model_version", "initialized_by_caller")
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    INITIALIZED_BY_CALLER_FIELD_NUMBER: _ClassVar[int]
+    model_version: int
+    initialized_by_caller: bool
+    def __init__(self, model_version: _Optional[int] = ..., initialized_by_caller: _Optional[bool] = ...) -> None: ...
+
+class PushHeader(_message.Message):
+    __slots__ = ("worker_id", "step", "model_version", "example_count")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    EXAMPLE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    worker_id: int
+    step: int
+    model_version: int
+    example_count: int
+    def __init__(self, worker_id: _Optional[int] = ..., step: _Optional[int] = ..., model_version: _Optional[int] = ..., example_count: _Optional[int] = ...) -> None: ...
+
+class PushRequest(_message.Message):
+    __slots__ = ("header", "chunk")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    header: PushHeader
+    chunk: TensorChunk
+    def __init__(self, header: _Optional[_Union[PushHeader, _Mapping]] = ..., chunk: _Optional[_Union[TensorChunk, _Mapping]] = ...) -> None: ...
+
+class PushReply(_message.Message):
+    __slots__ = ("model_version", "group", "group_members_combined")
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    GROUP_MEMBERS_COMBINED_FIELD_NUMBER: _ClassVar[int]
+    model_version: int
+    group: int
+    group_members_combined: int
+    def __init__(self, model_version: _Optional[int] = ..., group: _Optional[int] = ..., group_members_combined: _Optional[int] = ...) -> None: ...
+
+class PullRequest(_message.Message):
+    __slots__ = ("newer_than", "wait_for_model_seconds")
+    NEWER_THAN_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FOR_MODEL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    newer_than: int
+    wait_for_model_seconds: float
+    def __init__(self, newer_than: _Optional[int] = ..., wait_for_model_seconds: _Optional[float] = ...) -> None: ...
+
+class PullReply(_message.Message):
+    __slots__ = ("header", "chunk")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    header: PullHeader
+    chunk: TensorChunk
+    def __init__(self, header: _Optional[_Union[PullHeader, _Mapping]] = ..., chunk: _Optional[_Union[TensorChunk, _Mapping]] = ...) -> None: ...
+
+class PullHeader(_message.Message):
+    __slots__ = ("model_version", "has_weights", "push")
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    HAS_WEIGHTS_FIELD_NUMBER: _ClassVar[int]
+    PUSH_FIELD_NUMBER: _ClassVar[int]
+    model_version: int
+    has_weights: bool
+    push: PushReply
+    def __init__(self, model_version: _Optional[int] = ..., has_weights: _Optional[bool] = ..., push: _Optional[_Union[PushReply, _Mapping]] = ...) -> None: ...
+
+class DescribeRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DescribeReply(_message.Message):
+    __slots__ = ("model_initialized", "model_version", "variables", "hyperparameters", "num_groups")
+    MODEL_INITIALIZED_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    VARIABLES_FIELD_NUMBER: _ClassVar[int]
+    HYPERPARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    NUM_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    model_initialized: bool
+    model_version: int
+    variables: _containers.RepeatedCompositeFieldContainer[VariableSpec]
+    hyperparameters: Hyperparameters
+    num_groups: int
+    def __init__(self, model_initialized: _Optional[bool] = ..., model_version: _Optional[int] = ..., variables: _Optional[_Iterable[_Union[VariableSpec, _Mapping]]] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., num_groups: _Optional[int] = ...) -> None: ...
+
+class SetHyperparametersRequest(_message.Message):
+    __slots__ = ("hyperparameters",)
+    HYPERPARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    hyperparameters: Hyperparameters
+    def __init__(self, hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ...) -> None: ...
+
+class SetHyperparametersReply(_message.Message):
+    __slots__ = ("hyperparameters",)
+    HYPERPARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    hyperparameters: Hyperparameters
+    def __init__(self, hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ...) -> None: ...
+
+class SetGroupsRequest(_message.Message):
+    __slots__ = ("num_groups", "assignment")
+    class AssignmentEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    NUM_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    num_groups: int
+    assignment: _containers.ScalarMap[int, int]
+    def __init__(self, num_groups: _Optional[int] = ..., assignment: _Optional[_Mapping[int, int]] = ...) -> None: ...
+
+class SetGroupsReply(_message.Message):
+    __slots__ = ("num_groups", "assignment", "flushed_group_steps")
+    class AssignmentEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    NUM_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    FLUSHED_GROUP_STEPS_FIELD_NUMBER: _ClassVar[int]
+    num_groups: int
+    assignment: _containers.ScalarMap[int, int]
+    flushed_group_steps: int
+    def __init__(self, num_groups: _Optional[int] = ..., assignment: _Optional[_Mapping[int, int]] = ..., flushed_group_steps: _Optional[int] = ...) -> None: ...
+
+class StatsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GroupStats(_message.Message):
+    __slots__ = ("group", "members", "updates_applied", "staleness_histogram")
+    class StalenessHistogramEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    UPDATES_APPLIED_FIELD_NUMBER: _ClassVar[int]
+    STALENESS_HISTOGRAM_FIELD_NUMBER: _ClassVar[int]
+    group: int
+    members: _containers.RepeatedScalarFieldContainer[int]
+    updates_applied: int
+    staleness_histogram: _containers.ScalarMap[int, int]
+    def __init__(self, group: _Optional[int] = ..., members: _Optional[_Iterable[int]] = ..., updates_applied: _Optional[int] = ..., staleness_histogram: _Optional[_Mapping[int, int]] = ...) -> None: ...
+
+class StatsReply(_message.Message):
+    __slots__ = ("model_version", "updates_applied", "pushes_received", "pushes_rejected_non_finite", "workers_dropped", "parameter_count", "parameter_bytes", "hyperparameters", "groups", "mean_apply_seconds", "uptime_seconds")
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    UPDATES_APPLIED_FIELD_NUMBER: _ClassVar[int]
+    PUSHES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    PUSHES_REJECTED_NON_FINITE_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    PARAMETER_COUNT_FIELD_NUMBER: _ClassVar[int]
+    PARAMETER_BYTES_FIELD_NUMBER: _ClassVar[int]
+    HYPERPARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    MEAN_APPLY_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    UPTIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    model_version: int
+    updates_applied: int
+    pushes_received: int
+    pushes_rejected_non_finite: int
+    workers_dropped: int
+    parameter_count: int
+    parameter_bytes: int
+    hyperparameters: Hyperparameters
+    groups: _containers.RepeatedCompositeFieldContainer[GroupStats]
+    mean_apply_seconds: float
+    uptime_seconds: float
+    def __init__(self, model_version: _Optional[int] = ..., updates_applied: _Optional[int] = ..., pushes_received: _Optional[int] = ..., pushes_rejected_non_finite: _Optional[int] = ..., workers_dropped: _Optional[int] = ..., parameter_count: _Optional[int] = ..., parameter_bytes: _Optional[int] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., groups: _Optional[_Iterable[_Union[GroupStats, _Mapping]]] = ..., mean_apply_seconds: _Optional[float] = ..., uptime_seconds: _Optional[float] = ...) -> None: ...
+
+class CheckpointRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class CheckpointReply(_message.Message):
+    __slots__ = ("path", "model_version")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    model_version: int
+    def __init__(self, path: _Optional[str] = ..., model_version: _Optional[int] = ...) -> None: ...
