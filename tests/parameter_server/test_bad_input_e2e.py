@@ -1,0 +1,155 @@
+"""Malformed or hostile calls get a clear gRPC status and leave the server's state intact."""
+
+import time
+from collections.abc import Iterator
+
+import grpc
+import numpy as np
+import pytest
+
+from omnikeras import Hyperparameters, ParameterServerClient
+from omnikeras.parameter_server import tensors
+from omnikeras.v1 import parameter_server_pb2 as pb
+from omnikeras.v1 import parameter_server_pb2_grpc as pb_grpc
+
+
+@pytest.fixture
+def cluster(start_server):
+    server = start_server("--group-timeout", "1")
+    client = ParameterServerClient([server.address])
+    worker = client.register().worker_id
+    client.init_model({"w": np.ones((2, 3), np.float32), "b": np.zeros(3, np.float32)}, Hyperparameters(0.1))
+    stub = pb_grpc.ParameterServerStub(grpc.insecure_channel(server.address))
+    return client, worker, stub
+
+
+def _push(stub, header: pb.PushHeader, chunks: list[pb.TensorChunk]) -> pb.PushReply:
+    def requests() -> Iterator[pb.PushRequest]:
+        yield pb.PushRequest(header=header)
+        for chunk in chunks:
+            yield pb.PushRequest(chunk=chunk)
+
+    return stub.Push(requests(), timeout=30)
+
+
+def _chunks(**arrays: np.ndarray) -> list[pb.TensorChunk]:
+    return list(tensors.encode(arrays))
+
+
+GOOD = {"w": np.ones((2, 3), np.float32), "b": np.ones(3, np.float32)}
+
+
+@pytest.mark.parametrize(
+    ("header", "chunks", "code", "message"),
+    [
+        (dict(worker_id=999), _chunks(**GOOD), grpc.StatusCode.NOT_FOUND, "unknown worker"),
+        ({}, _chunks(**GOOD, extra=np.ones(2, np.float32)), grpc.StatusCode.NOT_FOUND, "unknown variable"),
+        ({}, _chunks(w=np.ones((3, 2), np.float32), b=GOOD["b"]), grpc.StatusCode.INVALID_ARGUMENT, "expected float32"),
+        ({}, _chunks(w=np.ones((2, 3), np.float64), b=GOOD["b"]), grpc.StatusCode.INVALID_ARGUMENT, "got float64"),
+        ({}, _chunks(w=GOOD["w"]), grpc.StatusCode.INVALID_ARGUMENT, "without variables"),
+        ({}, _chunks(w=np.full((2, 3), np.nan, np.float32), b=GOOD["b"]), grpc.StatusCode.INVALID_ARGUMENT, "NaN or Inf"),
+        ({}, _chunks(w=GOOD["w"], b=np.array([1, np.inf, 1], np.float32)), grpc.StatusCode.INVALID_ARGUMENT, "NaN or Inf"),
+        (dict(example_count=0), _chunks(**GOOD), grpc.StatusCode.INVALID_ARGUMENT, "example_count"),
+        (dict(model_version=7), _chunks(**GOOD), grpc.StatusCode.INVALID_ARGUMENT, "version 7"),
+    ],
+)
+def test_bad_pushes_are_refused_and_change_nothing(cluster, header: dict, chunks, code, message: str) -> None:
+    client, worker, stub = cluster
+    before = client.pull().weights
+    fields = dict(worker_id=worker, step=1, model_version=0, example_count=4) | header
+    with pytest.raises(grpc.RpcError) as raised:
+        _push(stub, pb.PushHeader(**fields), chunks)
+    assert raised.value.code() == code
+    assert message in raised.value.details()
+    after = client.pull()
+    assert after.model_version == 0
+    for name in before:
+        np.testing.assert_array_equal(after.weights[name], before[name])
+    # The refused push did not take the worker's step: a good one with it still applies.
+    assert client.push(GOOD, step=1, example_count=4).model_version == 1
+
+
+def test_non_finite_gradients_are_counted(cluster) -> None:
+    client, worker, stub = cluster
+    with pytest.raises(grpc.RpcError):
+        _push(stub, pb.PushHeader(worker_id=worker, step=1, example_count=1), _chunks(w=np.full((2, 3), np.nan, np.float32), b=GOOD["b"]))
+    assert client.stats()[0].pushes_rejected_non_finite == 1
+
+
+def test_truncated_and_overrunning_streams_are_refused(cluster) -> None:
+    client, worker, stub = cluster
+    header = pb.PushHeader(worker_id=worker, step=1, example_count=1)
+    whole = GOOD["w"].tobytes()
+    spec = pb.VariableSpec(name="w", dtype="float32", shape=[2, 3])
+    for data, message in ((whole[:10], "cut short"), (whole + bytes(4), "holds 24")):
+        with pytest.raises(grpc.RpcError) as raised:
+            _push(stub, header, [pb.TensorChunk(spec=spec, data=data)] + _chunks(b=GOOD["b"]))
+        assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert message in raised.value.details()
+    assert client.pull().model_version == 0
+
+
+def test_a_push_without_header_or_with_a_stray_message_is_refused(cluster) -> None:
+    _, worker, stub = cluster
+    with pytest.raises(grpc.RpcError) as raised:
+        stub.Push(iter([pb.PushRequest(chunk=_chunks(**GOOD)[0])]), timeout=30)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    header = pb.PushRequest(header=pb.PushHeader(worker_id=worker, step=1, example_count=1))
+    with pytest.raises(grpc.RpcError) as raised:
+        stub.Push(iter([header, header]), timeout=30)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "only tensor chunks" in raised.value.details()
+
+
+def test_oversized_messages_are_refused_by_grpc(cluster) -> None:
+    _, worker, stub = cluster
+    spec = pb.VariableSpec(name="w", dtype="float32", shape=[2, 3])
+    huge = pb.TensorChunk(spec=spec, data=bytes(64 << 20))
+    with pytest.raises(grpc.RpcError) as raised:
+        _push(stub, pb.PushHeader(worker_id=worker, step=1, example_count=1), [huge])
+    assert raised.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_bad_hyperparameters_and_groups_are_refused(cluster) -> None:
+    client, _, stub = cluster
+    with pytest.raises(grpc.RpcError) as raised:
+        stub.SetHyperparameters(pb.SetHyperparametersRequest(hyperparameters=pb.Hyperparameters(learning_rate=-1)), timeout=30)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    with pytest.raises(grpc.RpcError) as raised:
+        stub.SetGroups(pb.SetGroupsRequest(num_groups=2, assignment={12345: 0}), timeout=30)
+    assert raised.value.code() == grpc.StatusCode.NOT_FOUND
+    with pytest.raises(grpc.RpcError) as raised:
+        stub.Register(pb.RegisterRequest(group=5), timeout=30)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert client.describe().hyperparameters.learning_rate == pytest.approx(0.1)
+
+
+def test_initialising_with_garbage_is_refused(start_server) -> None:
+    server = start_server()
+    stub = pb_grpc.ParameterServerStub(grpc.insecure_channel(server.address))
+    chunk = pb.InitModelRequest(chunk=_chunks(w=np.ones(2, np.float32))[0])
+    with pytest.raises(grpc.RpcError) as raised:
+        stub.InitModel(iter([chunk]), timeout=30)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    start = pb.InitModelRequest(hyperparameters=pb.Hyperparameters(learning_rate=0.1))
+    with pytest.raises(grpc.RpcError) as raised:
+        stub.InitModel(iter([start, pb.InitModelRequest(chunk=_chunks(w=np.array([np.nan], np.float32))[0])]), timeout=30)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    with pytest.raises(grpc.RpcError) as raised:
+        stub.Pull(pb.PullRequest(newer_than=-1), timeout=30).next()
+    assert raised.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_a_dead_member_does_not_block_its_group(cluster) -> None:
+    client, _, _ = cluster
+    silent = ParameterServerClient([client.shards[0].address])
+    silent_id = silent.register().worker_id
+    started = time.monotonic()
+    result = client.push(GOOD, step=1, example_count=1)
+    assert time.monotonic() - started < 20
+    assert result.members_combined == 1
+    assert client.stats()[0].workers_dropped == 1
+    with pytest.raises(grpc.RpcError) as raised:
+        silent.push(GOOD, step=1, example_count=1)
+    assert raised.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert silent.register(worker_id=silent_id).worker_id == silent_id

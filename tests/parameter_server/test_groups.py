@@ -1,0 +1,144 @@
+"""The group coordinator in one process: the semantics of group steps, without gRPC."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from omnikeras.parameter_server.errors import FailedPrecondition, InvalidArgument, NotFound
+from omnikeras.parameter_server.groups import GroupCoordinator, PushResult
+from omnikeras.parameter_server.model_state import ModelState
+from omnikeras.parameter_server.update_rule import Hyperparameters
+
+
+def _coordinator(num_groups: int = 1, timeout: float = 30.0, lr: float = 1.0) -> GroupCoordinator:
+    coordinator = GroupCoordinator(ModelState(Hyperparameters(lr)), num_groups, timeout)
+    coordinator.initialize({"w": np.zeros(3, np.float32)}, Hyperparameters(lr))
+    return coordinator
+
+
+def _push_async(coordinator: GroupCoordinator, worker: int, step: int, value: float, count: int = 1) -> dict:
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = coordinator.push(worker, step, 0, count, {"w": np.full(3, value, np.float32)})
+        except Exception as error:  # noqa: BLE001 - handed to the test
+            outcome["error"] = error
+
+    outcome["thread"] = threading.Thread(target=run)
+    outcome["thread"].start()
+    return outcome
+
+
+def _weights(coordinator: GroupCoordinator) -> np.ndarray:
+    return coordinator.model.weights["w"].copy()
+
+
+def test_group_of_three_applies_the_count_weighted_mean_once() -> None:
+    coordinator = _coordinator()
+    workers = [coordinator.register()[0] for _ in range(3)]
+    pending = [_push_async(coordinator, w, 1, value, count) for w, value, count in zip(workers, [1.0, 2.0, 4.0], [1, 1, 2])]
+    for p in pending:
+        p["thread"].join(5)
+    assert {p["result"] for p in pending} == {PushResult(1, 0, 3)}
+    np.testing.assert_array_equal(_weights(coordinator), np.full(3, -(1 + 2 + 8) / 4))
+    assert coordinator.model.version == 1
+
+
+def test_groups_apply_independently() -> None:
+    coordinator = _coordinator(num_groups=2)
+    first, second = coordinator.register()[0], coordinator.register()[0]
+    assert coordinator.stats().groups[0].members == [first]
+    # Group 1's member has not pushed, yet group 0's step is applied at once.
+    result = coordinator.push(first, 1, 0, 1, {"w": np.ones(3, np.float32)})
+    assert result == PushResult(1, 0, 1)
+    result = coordinator.push(second, 1, 0, 1, {"w": np.ones(3, np.float32)})
+    assert result == PushResult(2, 1, 1)
+    stats = coordinator.stats()
+    assert stats.groups[1].staleness_histogram == {1: 1}
+    assert stats.groups[0].staleness_histogram == {0: 1}
+
+
+def test_a_retried_step_is_not_applied_twice() -> None:
+    coordinator = _coordinator()
+    worker = coordinator.register()[0]
+    first = coordinator.push(worker, 7, 0, 1, {"w": np.ones(3, np.float32)})
+    again = coordinator.push(worker, 7, 0, 1, {"w": np.ones(3, np.float32)})
+    assert first == again
+    np.testing.assert_array_equal(_weights(coordinator), -np.ones(3))
+    with pytest.raises(FailedPrecondition, match="older"):
+        coordinator.push(worker, 6, 1, 1, {"w": np.ones(3, np.float32)})
+
+
+def test_a_dead_member_is_dropped_after_the_deadline() -> None:
+    coordinator = _coordinator(timeout=0.3)
+    alive, dead = coordinator.register()[0], coordinator.register()[0]
+    started = time.monotonic()
+    result = coordinator.push(alive, 1, 0, 1, {"w": np.ones(3, np.float32)})
+    assert 0.3 <= time.monotonic() - started < 5
+    assert result.members_combined == 1
+    assert coordinator.stats().workers_dropped == 1
+    with pytest.raises(FailedPrecondition, match="dropped"):
+        coordinator.push(dead, 1, 0, 1, {"w": np.ones(3, np.float32)})
+    # The dropped worker may come back, and its group then waits for it again.
+    assert coordinator.register(worker_id=dead)[0] == dead
+    assert coordinator.stats().groups[0].members == [alive, dead]
+
+
+def test_deregistering_the_last_missing_member_completes_the_step() -> None:
+    coordinator = _coordinator()
+    staying, leaving = coordinator.register()[0], coordinator.register()[0]
+    pending = _push_async(coordinator, staying, 1, 2.0)
+    time.sleep(0.1)
+    assert "result" not in pending
+    coordinator.deregister(leaving)
+    pending["thread"].join(5)
+    assert pending["result"] == PushResult(1, 0, 1)
+
+
+def test_regrouping_applies_partial_steps_first() -> None:
+    coordinator = _coordinator()
+    workers = [coordinator.register()[0] for _ in range(4)]
+    pending = _push_async(coordinator, workers[0], 1, 4.0)
+    time.sleep(0.1)
+    num_groups, assignment, flushed = coordinator.set_groups(2, {})
+    pending["thread"].join(5)
+    assert pending["result"] == PushResult(1, 0, 1)
+    assert (num_groups, flushed) == (2, 1)
+    assert sorted(assignment.values()) == [0, 0, 1, 1]
+    np.testing.assert_array_equal(_weights(coordinator), np.full(3, -4.0))
+
+
+def test_regrouping_validates_before_changing_anything() -> None:
+    coordinator = _coordinator()
+    worker = coordinator.register()[0]
+    with pytest.raises(NotFound):
+        coordinator.set_groups(2, {99: 0})
+    with pytest.raises(InvalidArgument):
+        coordinator.set_groups(2, {worker: 2})
+    with pytest.raises(InvalidArgument):
+        coordinator.set_groups(-1, {})
+    assert coordinator.num_groups == 1
+
+
+def test_pushes_are_refused_for_unknown_workers_and_future_versions() -> None:
+    coordinator = _coordinator()
+    with pytest.raises(NotFound, match="unknown worker"):
+        coordinator.push(42, 1, 0, 1, {"w": np.ones(3, np.float32)})
+    worker = coordinator.register()[0]
+    with pytest.raises(InvalidArgument, match="version 5"):
+        coordinator.push(worker, 1, 5, 1, {"w": np.ones(3, np.float32)})
+    with pytest.raises(InvalidArgument, match="example_count"):
+        coordinator.push(worker, 1, 0, 0, {"w": np.ones(3, np.float32)})
+    assert coordinator.model.version == 0
+
+
+def test_pushing_before_the_model_exists_is_refused() -> None:
+    coordinator = GroupCoordinator(ModelState(Hyperparameters()))
+    worker = coordinator.register()[0]
+    with pytest.raises(FailedPrecondition, match="not initialised"):
+        coordinator.check_pusher(worker)
+    with pytest.raises(FailedPrecondition, match="not initialised"):
+        coordinator.wait_for_model(0.05)

@@ -1,0 +1,76 @@
+"""Shared token, TLS and the standard health service, against real server processes."""
+
+import shutil
+import subprocess
+import sys
+
+import grpc
+import numpy as np
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from omnikeras import Hyperparameters, ParameterServerClient
+
+
+def _health(channel: grpc.Channel, service: str = "omnikeras.v1.ParameterServer") -> int:
+    stub = health_pb2_grpc.HealthStub(channel)
+    return stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=10).status
+
+
+def test_calls_need_the_right_token(start_server) -> None:
+    server = start_server("--token", "s3cret")
+    for token in (None, "wrong"):
+        client = ParameterServerClient([server.address], token=token)
+        with pytest.raises(grpc.RpcError) as raised:
+            client.register()
+        assert raised.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    client = ParameterServerClient([server.address], token="s3cret")
+    client.register()
+    client.init_model({"w": np.zeros(2, np.float32)}, Hyperparameters(0.1))
+    assert client.push({"w": np.ones(2, np.float32)}, step=1, example_count=1).model_version == 1
+    # Orchestrators probe health without the token.
+    assert _health(grpc.insecure_channel(server.address)) == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_the_token_can_come_from_the_environment(start_server, monkeypatch) -> None:
+    monkeypatch.setenv("OMNIKERAS_TOKEN", "from-env")
+    server = start_server()
+    with pytest.raises(grpc.RpcError) as raised:
+        ParameterServerClient([server.address]).register()
+    assert raised.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    ParameterServerClient([server.address], token="from-env").register()
+
+
+@pytest.fixture
+def certificate(tmp_path):
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )
+    return str(cert), str(key)
+
+
+def test_tls_with_a_token(start_server, certificate) -> None:
+    cert, key = certificate
+    server = start_server("--tls-cert", cert, "--tls-key", key, "--token", "t")
+    client = ParameterServerClient([server.address], token="t", root_cert=cert)
+    assert client.register().worker_id == 1
+    plain = ParameterServerClient([server.address], token="t", retry_seconds=0.5)
+    with pytest.raises(grpc.RpcError) as raised:
+        plain.register()
+    assert raised.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_the_command_refuses_half_a_tls_setup(certificate) -> None:
+    cert, _ = certificate
+    result = subprocess.run(
+        [sys.executable, "-m", "omnikeras", "ps", "--port", "0", "--tls-cert", cert],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 2
+    assert "both a certificate and a key" in result.stderr

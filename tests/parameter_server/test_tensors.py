@@ -1,0 +1,61 @@
+import numpy as np
+import pytest
+
+from omnikeras.parameter_server import tensors
+from omnikeras.parameter_server.errors import InvalidArgument, NotFound
+from omnikeras.v1 import parameter_server_pb2 as pb
+
+
+def test_round_trip_across_chunk_boundaries() -> None:
+    arrays = {
+        "kernel": np.arange(1000, dtype=np.float32).reshape(10, 100),
+        "bias": np.array([1.5, -2.0], dtype=np.float64),
+        "scalar": np.array(3.0, dtype=np.float16),
+        "empty": np.zeros((0, 4), dtype=np.float32),
+    }
+    chunks = list(tensors.encode(arrays, chunk_bytes=64))
+    assert max(len(c.data) for c in chunks) == 64
+    rebuilt = tensors.assemble(chunks)
+    assert list(rebuilt) == list(arrays)
+    for name, array in arrays.items():
+        assert rebuilt[name].dtype == array.dtype
+        np.testing.assert_array_equal(rebuilt[name], array)
+
+
+def test_big_endian_input_travels_as_little_endian() -> None:
+    array = np.arange(5, dtype=">f4")
+    (chunk,) = tensors.encode({"w": array})
+    assert chunk.data == np.arange(5, dtype="<f4").tobytes()
+
+
+def test_unsupported_dtype_is_refused() -> None:
+    with pytest.raises(ValueError, match="int32"):
+        list(tensors.encode({"w": np.arange(3, dtype=np.int32)}))
+
+
+def _expected() -> dict[str, tensors.VariableSpec]:
+    return {"w": tensors.VariableSpec("w", np.dtype("float32"), (4,))}
+
+
+def _chunk(name: str = "w", dtype: str = "float32", shape: tuple[int, ...] = (4,), data: bytes = bytes(16), offset: int = 0) -> pb.TensorChunk:
+    return pb.TensorChunk(spec=pb.VariableSpec(name=name, dtype=dtype, shape=shape), offset=offset, data=data)
+
+
+@pytest.mark.parametrize(
+    ("chunks", "error", "message"),
+    [
+        ([_chunk(name="v")], NotFound, "unknown variable"),
+        ([_chunk(shape=(2, 2))], InvalidArgument, r"expected float32\[4\]"),
+        ([_chunk(dtype="float64", data=bytes(32))], InvalidArgument, "expected float32"),
+        ([_chunk(dtype="int8")], InvalidArgument, "dtype"),
+        ([_chunk(data=bytes(8))], InvalidArgument, "cut short"),
+        ([_chunk(data=bytes(20))], InvalidArgument, "holds 16"),
+        ([_chunk(data=bytes(8)), pb.TensorChunk(offset=4, data=bytes(8))], InvalidArgument, "expected 8"),
+        ([_chunk(), _chunk()], InvalidArgument, "sent twice"),
+        ([pb.TensorChunk(data=bytes(4))], InvalidArgument, "before any variable spec"),
+        ([], InvalidArgument, "without variables"),
+    ],
+)
+def test_malformed_streams_are_refused(chunks: list[pb.TensorChunk], error: type, message: str) -> None:
+    with pytest.raises(error, match=message):
+        tensors.assemble(chunks, _expected())

@@ -1,0 +1,38 @@
+import numpy as np
+import pytest
+
+from omnikeras.parameter_server.update_rule import Hyperparameters, apply_update
+
+
+@pytest.mark.parametrize("momentum, nesterov", [(0.0, False), (0.9, False), (0.9, True), (0.5, True)])
+def test_matches_keras_sgd(momentum: float, nesterov: bool) -> None:
+    keras = pytest.importorskip("keras")
+    rng = np.random.default_rng(0)
+    start = rng.normal(size=(3, 5)).astype(np.float32)
+    gradients = [rng.normal(size=(3, 5)).astype(np.float32) for _ in range(4)]
+
+    variable = keras.Variable(start.copy())
+    optimizer = keras.optimizers.SGD(learning_rate=0.1, momentum=momentum, nesterov=nesterov)
+    for gradient in gradients:
+        optimizer.apply_gradients([(keras.ops.convert_to_tensor(gradient), variable)])
+
+    weight = start.copy()
+    velocity = np.zeros_like(weight) if momentum else None
+    for gradient in gradients:
+        apply_update(weight, velocity, gradient.copy(), Hyperparameters(0.1, momentum, nesterov))
+
+    np.testing.assert_allclose(weight, keras.ops.convert_to_numpy(variable), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"learning_rate": 0.0}, "learning_rate"),
+        ({"learning_rate": float("nan")}, "learning_rate"),
+        ({"momentum": 1.0}, "momentum"),
+        ({"momentum": float("inf")}, "momentum"),
+    ],
+)
+def test_bad_hyperparameters_are_refused(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Hyperparameters(**kwargs)
