@@ -1,18 +1,28 @@
 """omnikeras: the Omnivore optimizer for Keras and TensorFlow.
 
 Grouped asynchronous SGD through a gRPC parameter server, for Keras models trained on a
-mix of CPUs and GPUs.
+mix of CPUs and GPUs. A training script needs one change, the strategy's scope, and runs
+on a local cluster with `omnikeras launch --workers 4 --groups 2 train.py`:
 
-Example:
+```python
+import keras
+import omnikeras
 
->>> import omnikeras
->>> server = omnikeras.ParameterServer(num_groups=2)
->>> port = server.start()
->>> client = omnikeras.ParameterServerClient([server.address])
->>> worker = client.register()
->>> server.stop()
+strategy = omnikeras.GroupedAsyncStrategy()
+with strategy.scope():
+    model = keras.Sequential([...])
+    model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9), loss=...)
+model.fit(x_train, y_train, batch_size=64, epochs=5)
+```
+
+The names that need TensorFlow (the strategy, the data sets) load it on first use, so
+the parameter server and its client start in a fraction of a second.
 """
 
+import importlib
+from typing import Any
+
+from omnikeras.config import WorkerConfig
 from omnikeras.parameter_server import (
     Hyperparameters,
     ParameterServer,
@@ -22,13 +32,30 @@ from omnikeras.parameter_server import (
     Registration,
 )
 
+from omnikeras.launcher import launch
+
 __version__ = "0.1.0"
 
+_NEEDS_TENSORFLOW = {"GroupedAsyncStrategy": "omnikeras.strategy"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _NEEDS_TENSORFLOW:
+        return getattr(importlib.import_module(_NEEDS_TENSORFLOW[name]), name)
+    if name == "datasets":
+        return importlib.import_module("omnikeras.datasets")
+    raise AttributeError(f"module 'omnikeras' has no attribute {name!r}")
+
+
 __all__ = [
+    "GroupedAsyncStrategy",
     "Hyperparameters",
     "ParameterServer",
     "ParameterServerClient",
     "PullResult",
     "PushResult",
     "Registration",
+    "WorkerConfig",
+    "datasets",
+    "launch",
 ]

@@ -3,12 +3,13 @@
 import argparse
 import sys
 
-from omnikeras.cli import ps
+from omnikeras.cli import launch, ps
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="omnikeras", description="The Omnivore optimizer for Keras.")
     subparsers = parser.add_subparsers(required=True, metavar="COMMAND")
     ps.add_parser(subparsers)
+    launch.add_parser(subparsers)
     args = parser.parse_args(argv)
     sys.exit(args.run(args))

@@ -7,6 +7,7 @@ group deadline is dropped, so a dead worker never blocks its group for longer th
 """
 
 import collections
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -29,6 +30,8 @@ class PushResult:
     model_version: int
     group: int
     members_combined: int
+    # Training is over: the worker should stop and deregister.
+    stop_requested: bool = False
 
 
 @dataclass
@@ -97,6 +100,7 @@ class GroupCoordinator:
         self._pushes_received = 0
         self._rejected_non_finite = 0
         self._workers_dropped = 0
+        self._stop_requested = False
 
     # Membership ---------------------------------------------------------------------------
 
@@ -125,6 +129,12 @@ class GroupCoordinator:
         with self._cond:
             self._worker(worker_id)
             self._remove(worker_id)
+
+    def request_stop(self) -> None:
+        """Tells every worker, in its next push result, that training is over; cleared
+        once no worker is left."""
+        with self._cond:
+            self._stop_requested = bool(self._workers)
 
     def set_groups(self, num_groups: int, assignment: Mapping[int, int]) -> tuple[int, dict[int, int], int]:
         """Regroups between group steps: partial steps are applied first, so none is lost.
@@ -226,7 +236,7 @@ class GroupCoordinator:
                 )
             self._pushes_received += 1
             if step <= worker.last_step:
-                return self._duplicate(worker_id, worker, step, caller_gone)
+                return self._with_stop(self._duplicate(worker_id, worker, step, caller_gone))
             group = worker.group
             pending = self._pending.get(group)
             if pending is None:
@@ -235,7 +245,10 @@ class GroupCoordinator:
             worker.last_step = step
             if self._members(group) <= pending.contributions.keys():
                 self._complete(group)
-            return self._wait(pending, group, caller_gone)
+            return self._with_stop(self._wait(pending, group, caller_gone))
+
+    def _with_stop(self, result: PushResult) -> PushResult:
+        return dataclasses.replace(result, stop_requested=self._stop_requested)
 
     def _duplicate(
         self, worker_id: int, worker: _Worker, step: int, caller_gone: Callable[[], bool]
@@ -281,9 +294,11 @@ class GroupCoordinator:
             del self._workers[worker_id]
             self._dropped.add(worker_id)
             self._workers_dropped += 1
+        self._stop_requested = self._stop_requested and bool(self._workers)
 
     def _remove(self, worker_id: int) -> None:
         group = self._workers.pop(worker_id).group
+        self._stop_requested = self._stop_requested and bool(self._workers)
         pending = self._pending.get(group)
         if pending is None:
             return

@@ -90,6 +90,11 @@ class ParameterServerStub:
                 request_serializer=omnikeras_dot_v1_dot_parameter__server__pb2.CheckpointRequest.SerializeToString,
                 response_deserializer=omnikeras_dot_v1_dot_parameter__server__pb2.CheckpointReply.FromString,
                 _registered_method=True)
+        self.RequestStop = channel.unary_unary(
+                '/omnikeras.v1.ParameterServer/RequestStop',
+                request_serializer=omnikeras_dot_v1_dot_parameter__server__pb2.RequestStopRequest.SerializeToString,
+                response_deserializer=omnikeras_dot_v1_dot_parameter__server__pb2.RequestStopReply.FromString,
+                _registered_method=True)
 
 
 class ParameterServerServicer:
@@ -164,6 +169,14 @@ class ParameterServerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RequestStop(self, request, context):
+        """Tells every worker, in its next push reply, that training is over. Cleared once the
+        last worker has deregistered.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ParameterServerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -221,6 +234,11 @@ def add_ParameterServerServicer_to_server(servicer, server):
                     servicer.Checkpoint,
                     request_deserializer=omnikeras_dot_v1_dot_parameter__server__pb2.CheckpointRequest.FromString,
                     response_serializer=omnikeras_dot_v1_dot_parameter__server__pb2.CheckpointReply.SerializeToString,
+            ),
+            'RequestStop': grpc.unary_unary_rpc_method_handler(
+                    servicer.RequestStop,
+                    request_deserializer=omnikeras_dot_v1_dot_parameter__server__pb2.RequestStopRequest.FromString,
+                    response_serializer=omnikeras_dot_v1_dot_parameter__server__pb2.RequestStopReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -521,6 +539,33 @@ class ParameterServer:
             '/omnikeras.v1.ParameterServer/Checkpoint',
             omnikeras_dot_v1_dot_parameter__server__pb2.CheckpointRequest.SerializeToString,
             omnikeras_dot_v1_dot_parameter__server__pb2.CheckpointReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RequestStop(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/omnikeras.v1.ParameterServer/RequestStop',
+            omnikeras_dot_v1_dot_parameter__server__pb2.RequestStopRequest.SerializeToString,
+            omnikeras_dot_v1_dot_parameter__server__pb2.RequestStopReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,56 @@
+"""`omnikeras launch`: a training script on a local cluster."""
+
+import argparse
+import sys
+
+from omnikeras.launcher import launch
+from omnikeras.launcher.launcher import LaunchError
+
+
+def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    parser = subparsers.add_parser(
+        "launch",
+        help="run a training script on a local cluster",
+        description="Starts parameter servers and worker processes of SCRIPT on this machine.",
+    )
+    parser.add_argument("--workers", type=int, default=4, help="worker processes (default: %(default)s)")
+    parser.add_argument("--groups", type=int, default=1, help="compute groups (default: %(default)s)")
+    parser.add_argument("--ps-shards", type=int, default=1, help="parameter-server processes (default: %(default)s)")
+    parser.add_argument(
+        "--throughputs",
+        type=_floats,
+        help="examples/s of each worker, comma-separated: sizes each one's share of its group's batch",
+    )
+    parser.add_argument("--group-timeout", type=float, default=60.0, help="seconds a group waits for a missing member (default: %(default)s)")
+    parser.add_argument("--token", help="shared secret between servers and workers")
+    parser.add_argument("--log-dir", help="where the logs go (default: runs/launch-<time>)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the shared data shuffle (default: %(default)s)")
+    parser.add_argument("script", help="the training script")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments of the script")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return launch(
+            args.script,
+            args.script_args,
+            workers=args.workers,
+            groups=args.groups,
+            ps_shards=args.ps_shards,
+            throughputs=args.throughputs,
+            group_timeout=args.group_timeout,
+            token=args.token,
+            log_dir=args.log_dir,
+            seed=args.seed,
+        )
+    except (ValueError, FileNotFoundError, LaunchError) as error:
+        print(f"omnikeras launch: {error}", file=sys.stderr)
+        return 2
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        return [float(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None

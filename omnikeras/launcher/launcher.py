@@ -1,0 +1,175 @@
+"""`launch`: a local cluster of parameter-server shards and worker processes."""
+
+import datetime
+import os
+import pathlib
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from types import FrameType
+
+from omnikeras.launcher.processes import Child
+from omnikeras.config import ENV_VAR, WorkerConfig
+
+_POLL_SECONDS = 0.2
+
+
+class LaunchError(RuntimeError):
+    """The cluster could not start, or a process it cannot do without failed."""
+
+
+def launch(
+    script: str,
+    script_args: Sequence[str] = (),
+    workers: int = 4,
+    groups: int = 1,
+    ps_shards: int = 1,
+    throughputs: Sequence[float] | None = None,
+    group_timeout: float = 60.0,
+    token: str | None = None,
+    log_dir: str | os.PathLike[str] | None = None,
+    seed: int = 0,
+) -> int:
+    """Runs `script` on a local cluster and returns its exit status.
+
+    Starts `ps_shards` parameter servers and `workers` processes of `script`, each told its
+    place through `OMNIKERAS_CONFIG`. The chief's (worker 0's) output streams to this
+    process; the others' and the servers' go to log files. If a server or the chief fails,
+    everything stops with a message naming the process and its log. If another worker
+    fails, its group carries on without it and the failure is reported at the end. No
+    process is left behind, also on Ctrl-C.
+
+    Args:
+        script: Path of the training script.
+        script_args: Arguments passed to every worker's script.
+        workers: Number of worker processes. Defaults to 4.
+        groups: Number of compute groups. Defaults to 1 (synchronous).
+        ps_shards: Number of parameter-server processes. Defaults to 1.
+        throughputs: Examples/s of each worker, which sizes its share of its group's
+            batch; None (the default) gives equal shares.
+        group_timeout: Seconds a group waits for a missing member. Defaults to 60.
+        token: Shared secret between servers and workers; None (the default) uses none.
+        log_dir: Directory for the logs; defaults to `runs/launch-<time>`.
+        seed: Seed of the data shuffle shared by the workers. Defaults to 0.
+
+    Returns:
+        0 if every worker finished, the chief's status if it failed, 1 if another
+        process failed.
+
+    Example:
+
+    >>> launch("examples/fashion_mnist.py", ["--epochs", "1"], workers=4, groups=2)
+    0
+    """
+    if workers < 1 or groups < 1 or ps_shards < 1:
+        raise ValueError("workers, groups and ps_shards must be at least 1")
+    if groups > workers:
+        raise ValueError(f"{groups} groups need at least as many workers, got {workers}")
+    if not pathlib.Path(script).is_file():
+        raise FileNotFoundError(f"no training script at {script}")
+    log_dir = pathlib.Path(log_dir or f"runs/launch-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    log_dir.mkdir(parents=True, exist_ok=True)
+    cluster = _Cluster(log_dir, token)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        addresses = cluster.start_servers(ps_shards, groups, group_timeout)
+        for index in range(workers):
+            config = WorkerConfig(
+                parameter_servers=tuple(addresses),
+                worker_index=index,
+                num_workers=workers,
+                throughputs=tuple(throughputs) if throughputs else None,
+                token=token,
+                seed=seed,
+            )
+            cluster.start_worker(config, script, script_args)
+        return cluster.watch()
+    except KeyboardInterrupt:
+        _say("interrupted: stopping the cluster")
+        return 130
+    finally:
+        cluster.stop_all()
+        signal.signal(signal.SIGTERM, previous)
+
+
+class _Cluster:
+    def __init__(self, log_dir: pathlib.Path, token: str | None) -> None:
+        self.log_dir = log_dir
+        self.token = token
+        self.servers: list[Child] = []
+        self.workers: list[Child] = []
+
+    def start_servers(self, shards: int, groups: int, group_timeout: float) -> list[str]:
+        env = dict(os.environ)
+        if self.token:
+            env["OMNIKERAS_TOKEN"] = self.token
+        addresses = []
+        for shard in range(shards):
+            command = [
+                sys.executable, "-m", "omnikeras", "ps", "--port", "0", "--groups", str(groups),
+                "--group-timeout", str(group_timeout),
+                "--checkpoint-dir", str(self.log_dir / f"ps-{shard}-checkpoints"),
+            ]
+            log = open(self.log_dir / f"ps-{shard}.log", "w")
+            server = Child(f"parameter server {shard}", command, env, log, read_stdout=True)
+            self.servers.append(server)
+            line = server.read_line(timeout=60)
+            if "listening on" not in line:
+                server.terminate()
+                raise LaunchError(f"{server.describe_exit()} before it listened")
+            addresses.append(line.split()[-1])
+        _say(f"parameter servers at {', '.join(addresses)}; logs in {self.log_dir}")
+        return addresses
+
+    def start_worker(self, config: WorkerConfig, script: str, script_args: Sequence[str]) -> None:
+        env = dict(os.environ)
+        env[ENV_VAR] = config.to_json()
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        # Co-located workers share the cores: give each its part rather than all of them.
+        threads = max(1, (os.cpu_count() or 1) // config.num_workers)
+        env.setdefault("TF_NUM_INTRAOP_THREADS", str(threads))
+        env.setdefault("TF_NUM_INTEROP_THREADS", "1")
+        log = None if config.is_chief else open(self.log_dir / f"worker-{config.worker_index}.log", "w")
+        name = "the chief (worker 0)" if config.is_chief else f"worker {config.worker_index}"
+        self.workers.append(Child(name, [sys.executable, script, *script_args], env, log))
+
+    def watch(self) -> int:
+        """Waits for the workers; returns the cluster's exit status."""
+        chief, others = self.workers[0], self.workers[1:]
+        reported: set[int] = set()
+        while True:
+            for server in self.servers:
+                if server.returncode is not None:
+                    raise LaunchError(f"{server.describe_exit()}: stopping the cluster")
+            for index, worker in enumerate(others, start=1):
+                if worker.returncode not in (None, 0) and index not in reported:
+                    _say(f"{worker.describe_exit()}; its group carries on without it")
+                    reported.add(index)
+            if chief.returncode is not None:
+                break
+            time.sleep(_POLL_SECONDS)
+        if chief.returncode != 0:
+            _say(f"{chief.describe_exit()}: stopping the cluster")
+            return chief.returncode or 1
+        # The chief ended training for everyone; the others follow within a step.
+        deadline = time.monotonic() + 120
+        while any(w.returncode is None for w in others) and time.monotonic() < deadline:
+            time.sleep(_POLL_SECONDS)
+        failed = [w.describe_exit() for w in others if w.returncode not in (None, 0)]
+        if failed:
+            _say("training finished, but " + "; ".join(failed))
+            return 1
+        return 0
+
+    def stop_all(self) -> None:
+        for child in [*self.workers, *self.servers]:
+            child.terminate()
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def _say(message: str) -> None:
+    print(f"omnikeras launch: {message}", file=sys.stderr, flush=True)

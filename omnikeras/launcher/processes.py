@@ -1,0 +1,66 @@
+"""Child processes that can always be stopped: each in a session of its own, so that the
+launcher alone decides when they end, and nothing outlives it."""
+
+import os
+import select
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from typing import IO
+
+
+class Child:
+    def __init__(
+        self,
+        name: str,
+        command: Sequence[str],
+        env: dict[str, str],
+        log: IO[str] | None,
+        read_stdout: bool = False,
+    ) -> None:
+        self.name = name
+        self.log_path = log.name if log is not None else None
+        self.process = subprocess.Popen(
+            command,
+            env=env,
+            stdout=subprocess.PIPE if read_stdout else log,
+            stderr=log,
+            text=True,
+            start_new_session=True,
+        )
+
+    def read_line(self, timeout: float) -> str:
+        """The next line of stdout, or '' if none came within `timeout` seconds."""
+        assert self.process.stdout is not None
+        ready, _, _ = select.select([self.process.stdout], [], [], timeout)
+        return self.process.stdout.readline() if ready else ""
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.poll()
+
+    def terminate(self, grace: float = 10.0) -> None:
+        """SIGTERM to the whole process group, then SIGKILL after `grace` seconds."""
+        if self.process.poll() is not None:
+            return
+        _signal_group(self.process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while self.process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if self.process.poll() is None:
+            _signal_group(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+    def describe_exit(self) -> str:
+        code = self.process.returncode
+        how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
+        where = f" (log: {self.log_path})" if self.log_path else ""
+        return f"{self.name} {how}{where}"
+
+
+def _signal_group(pid: int, signum: int) -> None:
+    try:
+        os.killpg(pid, signum)
+    except ProcessLookupError:
+        pass

@@ -1,0 +1,93 @@
+"""`model.fit` under `GroupedAsyncStrategy`: join the cluster, train on this worker's part
+of the data, and end with the server's final weights."""
+
+import inspect
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import keras
+
+from omnikeras.strategy import data
+from omnikeras.strategy.worker import ClusterWorker, GroupPlace
+
+
+class ClusterSync(keras.callbacks.Callback):
+    """Connects one `fit` to the cluster: the same first weights everywhere, the chief's
+    end of training for everyone, and the server's final weights at the end.
+
+    `fit` adds it by itself under `GroupedAsyncStrategy`; its `logs` carry the server's
+    model version.
+    """
+
+    def __init__(self, worker: ClusterWorker, place: GroupPlace, rows_per_step: int) -> None:
+        super().__init__()
+        self.worker = worker
+        self.place = place
+        self.rows_per_step = rows_per_step
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        # Keras has built the model and its optimizer by now.
+        self.worker.start(self.model, self.rows_per_step)
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        if self.worker.stop_requested:
+            self.model.stop_training = True
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        if logs is not None and self.worker.last_push is not None:
+            logs["model_version"] = self.worker.last_push.model_version
+
+    def on_train_end(self, logs: dict | None = None) -> None:
+        self.worker.finish(self.model)
+
+
+def fit_through_server(
+    model: keras.Model, fit: Callable[..., keras.callbacks.History], *args: Any, **kwargs: Any
+) -> keras.callbacks.History:
+    arguments = inspect.signature(fit).bind(model, *args, **kwargs).arguments
+    arguments.pop("self")
+    strategy = model.distribute_strategy
+    worker: ClusterWorker = strategy.worker
+    config = worker.config
+    _check_supported(model, arguments)
+
+    x, y, sample_weight = arguments.pop("x", None), arguments.pop("y", None), arguments.pop("sample_weight", None)
+    validation_split = arguments.pop("validation_split", 0.0)
+    if validation_split:
+        (x, y, sample_weight), arguments["validation_data"] = data.split_validation(
+            x, y, sample_weight, validation_split
+        )
+    place = worker.join()
+    batch_size = arguments.pop("batch_size", None) or 32
+    batches = data.training_batches(
+        x, y, sample_weight, batch_size, arguments.pop("shuffle", True), config.seed,
+        drop_remainder=len(place.members) > 1,
+    )
+    shard = data.worker_shard(batches, place)
+    rows_per_step = int(data.rows_per_member(batch_size, place)[place.member_index])
+    sync = ClusterSync(worker, place, rows_per_step)
+    callbacks = list(arguments.pop("callbacks", None) or [])
+    if config.is_chief:
+        callbacks.append(sync)
+    else:
+        # Validation, checkpoints and logs are the chief's job; the others only train.
+        callbacks = [sync]
+        arguments["verbose"] = 0
+        for key in ("validation_data", "validation_steps", "validation_batch_size", "validation_freq"):
+            arguments.pop(key, None)
+    # The shard is shuffled already, alike on every worker.
+    return fit(model, x=shard, shuffle=False, callbacks=callbacks, **arguments)
+
+
+def _check_supported(model: keras.Model, arguments: dict[str, Any]) -> None:
+    if model.jit_compile:
+        warnings.warn(
+            "GroupedAsyncStrategy calls the parameter server from inside the train step, "
+            "which XLA cannot compile: training without jit_compile",
+            stacklevel=3,
+        )
+        model.jit_compile = False
+        model.train_function = None
+    if arguments.get("class_weight") is not None:
+        raise ValueError("class_weight is not supported under GroupedAsyncStrategy: pass sample_weight")

@@ -1,0 +1,57 @@
+"""The two places where `GroupedAsyncStrategy` enters Keras' training loop.
+
+1. `TFOptimizer._distributed_tf_update_step` runs once per step, in cross-replica context,
+   with the group-reduced gradients: instead of updating locally, the strategy pushes
+   them to the parameter server and assigns the weights that come back.
+2. `TensorFlowTrainer.fit`: before training, the worker joins the cluster and takes its
+   own part of the data; at the end it waits for the others and takes the final weights.
+
+Both are private to Keras, so the supported Keras range is pinned and checked here, and
+tests fail if either hook stops being called. Models under any other strategy go through
+the original methods untouched.
+"""
+
+import functools
+from typing import Any
+
+import keras
+from keras.src.backend.tensorflow.optimizer import TFOptimizer
+from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
+from packaging.version import Version
+
+from omnikeras.strategy.fit import fit_through_server
+from omnikeras.strategy.strategy import GroupedAsyncStrategy
+
+SUPPORTED_KERAS = (Version("3.15"), Version("3.16"))
+
+if not SUPPORTED_KERAS[0] <= Version(keras.__version__) < SUPPORTED_KERAS[1]:
+    raise ImportError(
+        f"omnikeras supports Keras >={SUPPORTED_KERAS[0]},<{SUPPORTED_KERAS[1]}; "
+        f"Keras {keras.__version__} is installed"
+    )
+if keras.backend.backend() != "tensorflow":
+    raise ImportError(
+        f"GroupedAsyncStrategy needs Keras' TensorFlow backend; KERAS_BACKEND is {keras.backend.backend()!r}"
+    )
+
+_original_update_step = TFOptimizer._distributed_tf_update_step
+_original_fit = TensorFlowTrainer.fit
+
+
+@functools.wraps(_original_update_step)
+def _update_step(self: TFOptimizer, distribution: Any, grads_and_vars: list, learning_rate: Any) -> None:
+    if isinstance(distribution, GroupedAsyncStrategy):
+        return distribution.apply_through_server(grads_and_vars)
+    return _original_update_step(self, distribution, grads_and_vars, learning_rate)
+
+
+@functools.wraps(_original_fit)
+def _fit(self: TensorFlowTrainer, *args: Any, **kwargs: Any) -> keras.callbacks.History:
+    if isinstance(self.distribute_strategy, GroupedAsyncStrategy):
+        return fit_through_server(self, _original_fit, *args, **kwargs)
+    return _original_fit(self, *args, **kwargs)
+
+
+def install() -> None:
+    TFOptimizer._distributed_tf_update_step = _update_step
+    TensorFlowTrainer.fit = _fit

@@ -1,0 +1,78 @@
+"""`GroupedAsyncStrategy`: Keras `model.fit` across worker processes, through the
+parameter server."""
+
+import tensorflow as tf
+
+from omnikeras.config import WorkerConfig
+from omnikeras.strategy.worker import ClusterWorker
+
+
+class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
+    """Trains a Keras model with grouped asynchronous SGD through a parameter server.
+
+    Each worker process runs the same script. Inside the process, the strategy mirrors the
+    model over the local devices (the CPU, or every local GPU) like `MirroredStrategy`.
+    Across processes, workers form groups on the parameter server: at every step, each
+    worker pushes its gradient, the server applies ONE update per group from the members'
+    gradients (weighted by their example counts), and the worker continues from the
+    weights that come back. Groups do not wait for each other.
+
+    `fit` behaves as usual on the chief (worker 0): progress bar, validation, callbacks
+    and History. The other workers train silently on their own part of the data. When
+    `fit` returns, every worker's model holds the server's final weights.
+
+    The model must be compiled with `keras.optimizers.SGD`: its learning rate, momentum
+    and Nesterov flag seed the server's update rule, which the server then owns.
+
+    Args:
+        config: The worker's place in the cluster. None (the default) reads it from the
+            `OMNIKERAS_CONFIG` environment variable, which `omnikeras launch` sets.
+        devices: Local devices to mirror over; None (the default) takes all of them.
+
+    Example:
+
+    ```python
+    strategy = omnikeras.GroupedAsyncStrategy()
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Flatten(),
+                                  keras.layers.Dense(10, activation="softmax")])
+        model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.5),
+                      loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    model.fit(x_train, y_train, batch_size=64, epochs=3)
+    ```
+    """
+
+    def __init__(self, config: WorkerConfig | None = None, devices: list[str] | None = None) -> None:
+        config = config or WorkerConfig.from_env()
+        if config is None:
+            raise ValueError(
+                "GroupedAsyncStrategy needs the cluster's configuration: pass a WorkerConfig "
+                "or set OMNIKERAS_CONFIG (omnikeras launch does this)"
+            )
+        super().__init__(devices=devices)
+        self.config = config
+        self.worker = ClusterWorker(config)
+
+    def apply_through_server(self, grads_and_vars: list[tuple[tf.Tensor, tf.Variable]]) -> None:
+        """One group step inside the compiled train step: the group-reduced gradients go to
+        the server and the weights it returns are assigned to every replica's variables.
+
+        Called by Keras' optimizer in cross-replica context, once per step.
+        """
+        variables = [variable for _, variable in grads_and_vars]
+        # After Keras' all-reduce every replica holds the same sum: one copy goes out.
+        gradients = [
+            tf.convert_to_tensor(self.experimental_local_results(gradient)[0])
+            for gradient, _ in grads_and_vars
+        ]
+        with tf.device("/cpu:0"):
+            weights = tf.numpy_function(
+                self.worker.push_pull, gradients, Tout=[v.dtype for v in variables], stateful=True
+            )
+        for variable, weight in zip(variables, weights):
+            weight.set_shape(variable.shape)
+            self.extended.update(variable, _assign, args=(weight,), group=False)
+
+
+def _assign(variable: tf.Variable, value: tf.Tensor) -> tf.Operation:
+    return variable.assign(value)
