@@ -115,12 +115,11 @@ class ParameterServerClient:
         def upload(index: int, shard: ShardConnection) -> pb.InitModelReply:
             mine = {n: w for n, w in weights.items() if placement[n] == index}
 
-            def requests() -> Iterator[pb.InitModelRequest]:
+            def requests() -> Iterator[pb.InitModelRequest | bytes]:
                 yield pb.InitModelRequest(hyperparameters=hyperparameters.to_proto())
-                for chunk in tensors.encode(mine):
-                    yield pb.InitModelRequest(chunk=chunk)
+                yield from tensors.encode_messages(pb.InitModelRequest, mine)
 
-            return shard.call(lambda: shard.stub.InitModel(requests(), timeout=self.timeout, metadata=shard.metadata))
+            return shard.call(lambda: shard.tensor_stub.InitModel(requests(), timeout=self.timeout, metadata=shard.metadata))
 
         replies = self._each(upload)
         self._placement = None
@@ -145,7 +144,7 @@ class ParameterServerClient:
             )
             return shard.call(
                 lambda: _read_weights(
-                    shard.stub.Pull(request, timeout=self.timeout + wait_for_model, metadata=shard.metadata)
+                    shard.tensor_stub.Pull(request, timeout=self.timeout + wait_for_model, metadata=shard.metadata)
                 )[1:]
             )
 
@@ -164,7 +163,7 @@ class ParameterServerClient:
 
         def send(index: int, shard: ShardConnection) -> PushResult:
             requests = self._push_requests(index, gradients, step, example_count)
-            return _push_result(shard.call(lambda: shard.stub.Push(requests(), timeout=self.timeout, metadata=shard.metadata)))
+            return _push_result(shard.call(lambda: shard.tensor_stub.Push(requests(), timeout=self.timeout, metadata=shard.metadata)))
 
         return self._each(send)[0]
 
@@ -178,7 +177,7 @@ class ParameterServerClient:
 
             def attempt() -> tuple[PushResult, int, dict[str, np.ndarray]]:
                 header, version, weights = _read_weights(
-                    shard.stub.PushPull(requests(), timeout=self.timeout, metadata=shard.metadata)
+                    shard.tensor_stub.PushPull(requests(), timeout=self.timeout, metadata=shard.metadata)
                 )
                 return _push_result(header.push), version, weights
 
@@ -245,7 +244,7 @@ class ParameterServerClient:
 
     def _push_requests(
         self, index: int, gradients: Mapping[str, np.ndarray], step: int, example_count: int
-    ) -> Callable[[], Iterator[pb.PushRequest]]:
+    ) -> Callable[[], Iterator[pb.PushRequest | bytes]]:
         placement = self._variable_placement()
         unknown = gradients.keys() - placement.keys()
         if unknown:
@@ -258,10 +257,9 @@ class ParameterServerClient:
             example_count=example_count,
         )
 
-        def requests() -> Iterator[pb.PushRequest]:
+        def requests() -> Iterator[pb.PushRequest | bytes]:
             yield pb.PushRequest(header=header)
-            for chunk in tensors.encode(mine):
-                yield pb.PushRequest(chunk=chunk)
+            yield from tensors.encode_messages(pb.PushRequest, mine)
 
         return requests
 
@@ -294,11 +292,13 @@ class ParameterServerClient:
         return self.worker_id
 
 
-def _read_weights(replies: Iterator[pb.PullReply]) -> tuple[pb.PullHeader, int, dict[str, np.ndarray]]:
-    header = next(replies).header
+def _read_weights(
+    replies: Iterator[tensors.Received[pb.PullReply]],
+) -> tuple[pb.PullHeader, int, dict[str, np.ndarray]]:
+    header = next(replies).message.header
     assembler = tensors.TensorAssembler()
     for reply in replies:
-        assembler.add(reply.chunk)
+        assembler.add(reply.message.chunk, reply.data)
     return header, header.model_version, assembler.finish()
 
 

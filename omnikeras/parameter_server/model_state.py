@@ -22,7 +22,7 @@ class ModelState:
         self.specs: dict[str, tensors.VariableSpec] = {}
         self.version = 0
         self.apply_seconds_total = 0.0
-        self._pull_cache: tuple[int, list[pb.PullReply]] | None = None
+        self._pull_cache: tuple[int, list[bytes]] | None = None
 
     @property
     def initialized(self) -> bool:
@@ -64,11 +64,11 @@ class ModelState:
         self.version += 1
         self.apply_seconds_total += time.perf_counter() - started
 
-    def weight_chunks(self) -> list[pb.PullReply]:
-        """The current weights as reply messages, built once per version and shared by
-        every caller that pulls it (the messages are never modified after this)."""
+    def weight_chunks(self) -> list[bytes]:
+        """The current weights as serialized `PullReply` chunk messages, built once per
+        version and shared by every caller that pulls it."""
         if self._pull_cache is None or self._pull_cache[0] != self.version:
-            chunks = [pb.PullReply(chunk=c) for c in tensors.encode(self.weights)]
+            chunks = list(tensors.encode_messages(pb.PullReply, self.weights))
             self._pull_cache = (self.version, chunks)
         return self._pull_cache[1]
 

@@ -13,9 +13,8 @@ from omnikeras.parameter_server import auth
 from omnikeras.parameter_server.checkpoints import CheckpointDirectory
 from omnikeras.parameter_server.groups import GroupCoordinator
 from omnikeras.parameter_server.model_state import ModelState
-from omnikeras.parameter_server.servicer import ParameterServerServicer
+from omnikeras.parameter_server.servicer import ParameterServerServicer, add_to_server
 from omnikeras.parameter_server.update_rule import Hyperparameters
-from omnikeras.v1 import parameter_server_pb2_grpc as pb_grpc
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +93,7 @@ class ParameterServer:
         interceptors = [auth.TokenInterceptor(self.token)] if self.token else []
         # Each member of a pending group step holds a thread while it waits.
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=64), interceptors=interceptors)
-        pb_grpc.add_ParameterServerServicer_to_server(
+        add_to_server(
             ParameterServerServicer(
                 self.coordinator, self.save_checkpoint if self.checkpoints else None
             ),

@@ -5,7 +5,7 @@ import functools
 import logging
 import pathlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TypeVar
 
 import grpc
@@ -25,6 +25,7 @@ from omnikeras.v1 import parameter_server_pb2_grpc as pb_grpc
 logger = logging.getLogger(__name__)
 
 _Handler = TypeVar("_Handler", bound=Callable)
+_SERVICE = pb.DESCRIPTOR.services_by_name["ParameterServer"]
 
 
 def _status_on_error(method: _Handler) -> _Handler:
@@ -82,12 +83,12 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
         return pb.DeregisterReply()
 
     @_status_on_error
-    def InitModel(self, request_iterator: Iterator[pb.InitModelRequest], context: grpc.ServicerContext) -> pb.InitModelReply:
+    def InitModel(self, request_iterator: Iterator[tensors.Received[pb.InitModelRequest]], context: grpc.ServicerContext) -> pb.InitModelReply:
         first = next(request_iterator, None)
-        if first is None or not first.HasField("hyperparameters"):
+        if first is None or not first.message.HasField("hyperparameters"):
             raise InvalidArgument("InitModel must start with the hyperparameters")
-        hyperparameters = Hyperparameters.from_proto(first.hyperparameters)
-        weights = tensors.assemble(_chunks(request_iterator))
+        hyperparameters = Hyperparameters.from_proto(first.message.hyperparameters)
+        weights = _assemble(request_iterator)
         if not weights:
             raise InvalidArgument("InitModel carried no variables")
         for name, array in weights.items():
@@ -109,18 +110,18 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
         )
 
     @_status_on_error
-    def Push(self, request_iterator: Iterator[pb.PushRequest], context: grpc.ServicerContext) -> pb.PushReply:
+    def Push(self, request_iterator: Iterator[tensors.Received[pb.PushRequest]], context: grpc.ServicerContext) -> pb.PushReply:
         return _push_reply(self._push(request_iterator, context))
 
     @_status_on_error
-    def Pull(self, request: pb.PullRequest, context: grpc.ServicerContext) -> Iterator[pb.PullReply]:
+    def Pull(self, request: pb.PullRequest, context: grpc.ServicerContext) -> Iterator[pb.PullReply | bytes]:
         if request.wait_for_model_seconds > 0:
             self.coordinator.wait_for_model(request.wait_for_model_seconds)
         version, chunks = self.coordinator.weights_newer_than(request.newer_than)
         return _weights(version, chunks, push=None)
 
     @_status_on_error
-    def PushPull(self, request_iterator: Iterator[pb.PushRequest], context: grpc.ServicerContext) -> Iterator[pb.PullReply]:
+    def PushPull(self, request_iterator: Iterator[tensors.Received[pb.PushRequest]], context: grpc.ServicerContext) -> Iterator[pb.PullReply | bytes]:
         push = self._push(request_iterator, context)
         version, chunks = self.coordinator.weights_newer_than(-1)
         return _weights(version, chunks, push=push)
@@ -174,13 +175,13 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
         path, version = self.save_checkpoint()
         return pb.CheckpointReply(path=str(path), model_version=version)
 
-    def _push(self, request_iterator: Iterator[pb.PushRequest], context: grpc.ServicerContext) -> PushResult:
+    def _push(self, request_iterator: Iterator[tensors.Received[pb.PushRequest]], context: grpc.ServicerContext) -> PushResult:
         first = next(request_iterator, None)
-        if first is None or not first.HasField("header"):
+        if first is None or not first.message.HasField("header"):
             raise InvalidArgument("a push must start with its header")
-        header = first.header
+        header = first.message.header
         self.coordinator.check_pusher(header.worker_id)
-        gradients = tensors.assemble(_chunks(request_iterator), self.coordinator.model.specs)
+        gradients = _assemble(request_iterator, self.coordinator.model.specs)
         try:
             for name, array in gradients.items():
                 _require_finite(name, array, "gradient")
@@ -197,14 +198,53 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
         )
 
 
-def _chunks(requests: Iterator[pb.PushRequest] | Iterator[pb.InitModelRequest]) -> Iterator[pb.TensorChunk]:
+def add_to_server(servicer: ParameterServerServicer, server: grpc.Server) -> None:
+    """Registers `servicer` as the generated `add_ParameterServerServicer_to_server` does,
+    except that the messages with tensor chunks are read with `tensors.decoder`, and the
+    replies may be messages serialized beforehand (see `tensors.encode_messages`)."""
+    handlers = {}
+    for method in _SERVICE.methods:
+        request_type = getattr(pb, method.input_type.name)
+        reply_type = getattr(pb, method.output_type.name)
+        handler_for = _HANDLER_FOR[method.client_streaming, method.server_streaming]
+        handlers[method.name] = handler_for(
+            getattr(servicer, method.name),
+            request_deserializer=(
+                tensors.decoder(request_type) if _has_chunks(request_type) else request_type.FromString
+            ),
+            response_serializer=(
+                tensors.serialize if _has_chunks(reply_type) else reply_type.SerializeToString
+            ),
+        )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE.full_name, handlers),))
+    server.add_registered_method_handlers(_SERVICE.full_name, handlers)
+
+
+_HANDLER_FOR = {
+    (False, False): grpc.unary_unary_rpc_method_handler,
+    (False, True): grpc.unary_stream_rpc_method_handler,
+    (True, False): grpc.stream_unary_rpc_method_handler,
+    (True, True): grpc.stream_stream_rpc_method_handler,
+}
+
+
+def _has_chunks(message_type: type) -> bool:
+    return "chunk" in message_type.DESCRIPTOR.fields_by_name
+
+
+def _assemble(
+    requests: Iterator[tensors.Received[pb.PushRequest]] | Iterator[tensors.Received[pb.InitModelRequest]],
+    expected: Mapping[str, tensors.VariableSpec] | None = None,
+) -> dict[str, np.ndarray]:
+    assembler = tensors.TensorAssembler(expected)
     for request in requests:
-        if not request.HasField("chunk"):
+        if not request.message.HasField("chunk"):
             raise InvalidArgument("after the first message, a stream carries only tensor chunks")
-        yield request.chunk
+        assembler.add(request.message.chunk, request.data)
+    return assembler.finish()
 
 
-def _weights(version: int, chunks: list[pb.PullReply] | None, push: PushResult | None) -> Iterator[pb.PullReply]:
+def _weights(version: int, chunks: list[bytes] | None, push: PushResult | None) -> Iterator[pb.PullReply | bytes]:
     header = pb.PullHeader(model_version=version, has_weights=chunks is not None)
     if push is not None:
         header.push.CopyFrom(_push_reply(push))

@@ -7,7 +7,8 @@ from typing import TypeVar
 
 import grpc
 
-from omnikeras.parameter_server import auth
+from omnikeras.parameter_server import auth, tensors
+from omnikeras.v1 import parameter_server_pb2 as pb
 from omnikeras.v1 import parameter_server_pb2_grpc as pb_grpc
 
 _T = TypeVar("_T")
@@ -35,6 +36,7 @@ class ShardConnection:
             channel = grpc.insecure_channel(address)
         self.channel = channel
         self.stub = pb_grpc.ParameterServerStub(channel)
+        self.tensor_stub = TensorStreamStub(channel)
         self.metadata = auth.token_metadata(token)
         self.retry_seconds = retry_seconds
 
@@ -54,3 +56,32 @@ class ShardConnection:
 
     def close(self) -> None:
         self.channel.close()
+
+
+class TensorStreamStub:
+    """The calls that stream tensors, as in the generated stub, except that requests may be
+    messages serialized beforehand (see `tensors.encode_messages`) and replies come as
+    `tensors.Received`."""
+
+    def __init__(self, channel: grpc.Channel) -> None:
+        service = "/" + pb.DESCRIPTOR.services_by_name["ParameterServer"].full_name
+        self.InitModel = channel.stream_unary(
+            f"{service}/InitModel",
+            request_serializer=tensors.serialize,
+            response_deserializer=pb.InitModelReply.FromString,
+        )
+        self.Push = channel.stream_unary(
+            f"{service}/Push",
+            request_serializer=tensors.serialize,
+            response_deserializer=pb.PushReply.FromString,
+        )
+        self.Pull = channel.unary_stream(
+            f"{service}/Pull",
+            request_serializer=pb.PullRequest.SerializeToString,
+            response_deserializer=tensors.decoder(pb.PullReply),
+        )
+        self.PushPull = channel.stream_stream(
+            f"{service}/PushPull",
+            request_serializer=tensors.serialize,
+            response_deserializer=tensors.decoder(pb.PullReply),
+        )

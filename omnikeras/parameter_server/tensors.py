@@ -2,18 +2,31 @@
 
 `encode` turns named arrays into `TensorChunk` messages; `TensorAssembler` rebuilds them on
 the other side, checking every chunk against the expected specs before a byte is kept.
+
+The streams that carry models (InitModel, Push, Pull, PushPull) bypass protobuf for the
+bulk of their bytes: `encode_messages` writes serialized messages directly, copying each
+chunk's bytes once, and `decoder` parses them leaving each chunk's bytes in the buffer gRPC
+received them in. Through protobuf, every byte would be copied three times on each side
+(array to `bytes`, into the message, into the serialized string, and back the same way),
+which cost more than the rest of a round trip's work on the server. `encode_messages`
+writes exactly the bytes protobuf would, and `decoder` hands anything unusual to protobuf,
+so peers that use the generated code work as before.
 """
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import numpy as np
+from google.protobuf.message import Message
 
 from omnikeras.parameter_server.errors import InvalidArgument, NotFound
 from omnikeras.v1 import parameter_server_pb2 as pb
 
 CHUNK_BYTES = 1 << 20
 SUPPORTED_DTYPES = frozenset({"float16", "float32", "float64"})
+
+_M = TypeVar("_M", bound=Message)
 
 
 @dataclass(frozen=True)
@@ -55,15 +68,155 @@ def encode(
     arrays: Mapping[str, np.ndarray], chunk_bytes: int = CHUNK_BYTES
 ) -> Iterator[pb.TensorChunk]:
     """Yields the chunks of every array, in the mapping's order."""
+    for spec, offset, data in _slices(arrays, chunk_bytes):
+        yield pb.TensorChunk(spec=spec, offset=offset, data=data.tobytes())
+
+
+def encode_messages(
+    message_type: type[Message], arrays: Mapping[str, np.ndarray], chunk_bytes: int = CHUNK_BYTES
+) -> Iterator[bytes]:
+    """Yields `message_type(chunk=chunk).SerializeToString()` for every chunk of
+    `encode(arrays, chunk_bytes)`, the same bytes, with each chunk's data copied once."""
+    chunk_key = _key(_chunk_field(message_type), _LENGTH_DELIMITED)
+    for spec, offset, data in _slices(arrays, chunk_bytes):
+        head = pb.TensorChunk(spec=spec, offset=offset).SerializeToString()
+        # Protobuf leaves out an empty bytes field, and so does this.
+        data_key = _DATA_KEY + _varint(len(data)) if len(data) else b""
+        body_length = len(head) + len(data_key) + len(data)
+        yield b"".join((chunk_key, _varint(body_length), head, data_key, data))
+
+
+def serialize(message: Message | bytes) -> bytes:
+    """The gRPC serializer of the tensor streams: messages from `encode_messages` are
+    already serialized, any other is serialized by protobuf."""
+    return message if isinstance(message, bytes) else message.SerializeToString()
+
+
+@dataclass(frozen=True)
+class Received(Generic[_M]):
+    """A message of a tensor stream as `decoder` delivers it."""
+
+    message: _M
+    # The bytes of `message.chunk.data`, which the message itself may leave empty: a view
+    # of the buffer gRPC received them in.
+    data: memoryview
+
+
+def decoder(message_type: type[_M]) -> Callable[[bytes], Received[_M]]:
+    """The gRPC deserializer of a message type with a `chunk` field: a message that holds
+    one chunk and nothing else comes without a copy of the chunk's data; any other is
+    parsed by protobuf."""
+    chunk_number = _chunk_field(message_type)
+
+    def decode(serialized: bytes) -> Received[_M]:
+        buffer = memoryview(serialized)
+        try:
+            fields = _fields(buffer)
+            if len(fields) == 1 and fields[0].key == (chunk_number, _LENGTH_DELIMITED):
+                body = buffer[fields[0].value]
+                head: list[memoryview] = []
+                data = buffer[0:0]
+                for field in _fields(body):
+                    if field.key == (_DATA_NUMBER, _LENGTH_DELIMITED):
+                        data = body[field.value]  # The last one wins, as in protobuf.
+                    else:
+                        head.append(body[field.whole])
+                chunk = pb.TensorChunk.FromString(b"".join(head))
+                return Received(message_type(chunk=chunk), data)
+        except _Unparsed:
+            pass
+        message = message_type.FromString(serialized)
+        return Received(message, memoryview(message.chunk.data))  # type: ignore[attr-defined]
+
+    return decode
+
+
+def _slices(
+    arrays: Mapping[str, np.ndarray], chunk_bytes: int
+) -> Iterator[tuple[pb.VariableSpec | None, int, memoryview]]:
+    """(spec on a tensor's first chunk only, byte offset, bytes) of every chunk."""
     for name, array in arrays.items():
         array = little_endian(array)
         if array.dtype.name not in SUPPORTED_DTYPES:
             raise ValueError(f"{name!r}: dtype {array.dtype} is not one of {sorted(SUPPORTED_DTYPES)}")
-        spec = VariableSpec.of(name, array).to_proto()
         raw = memoryview(array.reshape(-1)).cast("B")
-        yield pb.TensorChunk(spec=spec, offset=0, data=raw[:chunk_bytes].tobytes())
+        yield VariableSpec.of(name, array).to_proto(), 0, raw[:chunk_bytes]
         for offset in range(chunk_bytes, len(raw), chunk_bytes):
-            yield pb.TensorChunk(offset=offset, data=raw[offset : offset + chunk_bytes].tobytes())
+            yield None, offset, raw[offset : offset + chunk_bytes]
+
+
+# The protobuf wire format, as far as `encode_messages` and `decoder` need it
+# (https://protobuf.dev/programming-guides/encoding/).
+
+_VARINT, _FIXED64, _LENGTH_DELIMITED, _FIXED32 = 0, 1, 2, 5
+_DATA_NUMBER = pb.TensorChunk.DESCRIPTOR.fields_by_name["data"].number
+
+
+class _Unparsed(Exception):
+    """Raised on what the fast path leaves to protobuf: a malformed message, or groups."""
+
+
+@dataclass(frozen=True)
+class _Field:
+    key: tuple[int, int]  # field number, wire type
+    whole: slice  # the key and the value
+    value: slice  # the value only (for a length-delimited field, without its length)
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _key(number: int, wire_type: int) -> bytes:
+    return _varint(number << 3 | wire_type)
+
+
+_DATA_KEY = _key(_DATA_NUMBER, _LENGTH_DELIMITED)
+
+
+def _read_varint(buffer: memoryview, position: int) -> tuple[int, int]:
+    value = shift = 0
+    while shift < 64 and position < len(buffer):
+        byte = buffer[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, position
+        shift += 7
+    raise _Unparsed
+
+
+def _fields(buffer: memoryview) -> list[_Field]:
+    fields = []
+    position = 0
+    while position < len(buffer):
+        start = position
+        key, position = _read_varint(buffer, position)
+        wire_type = key & 7
+        if wire_type == _VARINT:
+            _, position = _read_varint(buffer, position)
+        elif wire_type == _LENGTH_DELIMITED:
+            length, position = _read_varint(buffer, position)
+        elif wire_type in (_FIXED64, _FIXED32):
+            length = 8 if wire_type == _FIXED64 else 4
+        else:
+            raise _Unparsed
+        value_start = position
+        if wire_type != _VARINT:
+            position += length
+        if position > len(buffer):
+            raise _Unparsed
+        fields.append(_Field((key >> 3, wire_type), slice(start, position), slice(value_start, position)))
+    return fields
+
+
+def _chunk_field(message_type: type[Message]) -> int:
+    return message_type.DESCRIPTOR.fields_by_name["chunk"].number
 
 
 class TensorAssembler:
@@ -81,7 +234,10 @@ class TensorAssembler:
         self._current: tuple[VariableSpec, np.ndarray] | None = None
         self._filled = 0
 
-    def add(self, chunk: pb.TensorChunk) -> None:
+    def add(self, chunk: pb.TensorChunk, data: memoryview | None = None) -> None:
+        """Takes one chunk; `data`, when given, stands for `chunk.data` (see `Received`)."""
+        if data is None:
+            data = memoryview(chunk.data)
         if chunk.HasField("spec"):
             self._finish_current()
             self._start(VariableSpec.from_proto(chunk.spec))
@@ -92,12 +248,12 @@ class TensorAssembler:
             raise InvalidArgument(
                 f"variable {spec.name!r}: chunk at byte {chunk.offset}, expected {self._filled}"
             )
-        end = self._filled + len(chunk.data)
+        end = self._filled + len(data)
         if end > len(raw):
             raise InvalidArgument(
                 f"variable {spec.name!r}: {end} bytes sent, its shape holds {len(raw)}"
             )
-        raw[self._filled : end] = np.frombuffer(chunk.data, dtype=np.uint8)
+        raw[self._filled : end] = np.frombuffer(data, dtype=np.uint8)
         self._filled = end
 
     def finish(self) -> dict[str, np.ndarray]:
