@@ -2,17 +2,21 @@
 
 Two figures, printed as the last line of stdout, one JSON object:
 
-* `roundtrip_vs_echo_1M`, `roundtrip_vs_echo_25M`: the median time of one worker's
-  `push_pull` of 1M (25M) float32 parameters, against the median time of a bare gRPC echo
-  of the same bytes, in the same chunk size, in the same run. The echo is the floor any
-  push-then-pull protocol over gRPC Python can reach: a tiny service with identity (bytes)
-  serializers whose server takes the whole upload, then streams it back. It stores before
-  it forwards, as a push must be whole before its update can be applied and the new weights
-  sent. The parameter server (one group, one worker, plain SGD) and the echo server each run
-  in a process of their own, and their repetitions alternate, so both see the same noise.
+* `roundtrip_vs_echo_1M`, `roundtrip_vs_echo_25M`: the time of one worker's `push_pull`
+  of 1M (25M) float32 parameters, over the time of a bare gRPC echo of the same bytes, in
+  the same chunk size, in the same run. The echo is the floor any push-then-pull protocol
+  over gRPC Python can reach: a tiny service with identity (bytes) serializers whose server
+  takes the whole upload, then streams it back. It stores before it forwards, as a push
+  must be whole before its update can be applied and the new weights sent. The parameter
+  server (one group, one worker, plain SGD) and the echo server each run in a process of
+  their own. Their repetitions alternate, each `push_pull` paired with the echo next to
+  it, and the figure is the median of the pairs' ratios: on a shared machine, load that
+  comes and goes weighs on both halves of a pair alike, and the median drops the pairs it
+  split.
 * `pushes_per_s_8x100K`: pushes per second, in total, of 8 worker processes that
   `push_pull` 100K float32 parameters in a loop against a server with 8 groups (fully
-  asynchronous: each worker's push is an update of its own).
+  asynchronous: each worker's push is an update of its own); the median over one-second
+  windows, for the same reason.
 
 Progress goes to stderr. `--quick` runs a few repetitions only, for a correctness check.
 
@@ -57,10 +61,10 @@ class Settings:
 
 FULL = Settings(
     roundtrip_sizes=(1_000_000, 25_000_000),
-    repetitions={1_000_000: 41, 25_000_000: 15},
+    repetitions={1_000_000: 61, 25_000_000: 31},
     update_workers=8,
     update_parameters=100_000,
-    update_seconds=5.0,
+    update_seconds=6.0,
 )
 QUICK = Settings(
     roundtrip_sizes=(1_000_000, 25_000_000),
@@ -215,13 +219,14 @@ def roundtrip_ratio(parameters: int, repetitions: int, echo: EchoClient) -> floa
                     ps_times.append(timed(push_pull))
     finally:
         ps.stop()
-    ps_median, echo_median = statistics.median(ps_times), statistics.median(echo_times)
-    ratio = ps_median / echo_median
+    ratio = statistics.median(p / e for p, e in zip(ps_times, echo_times))
     log(
         f"{parameters:>11,} float32 ({grad.nbytes / 2**20:.1f} MiB, {len(chunks)} chunks), "
-        f"{repetitions} repetitions: push_pull median {ps_median * 1e3:.1f} ms "
-        f"(min {min(ps_times) * 1e3:.1f}), echo median {echo_median * 1e3:.1f} ms "
-        f"(min {min(echo_times) * 1e3:.1f}), ratio {ratio:.3f}"
+        f"{repetitions} pairs: push_pull median {statistics.median(ps_times) * 1e3:.1f} ms "
+        f"(min {min(ps_times) * 1e3:.1f}), echo median {statistics.median(echo_times) * 1e3:.1f} ms "
+        f"(min {min(echo_times) * 1e3:.1f}); median ratio {ratio:.3f}, ratio of medians "
+        f"{statistics.median(ps_times) / statistics.median(echo_times):.3f}, ratio of minima "
+        f"{min(ps_times) / min(echo_times):.3f}"
     )
     return ratio
 
@@ -233,7 +238,8 @@ def push_worker(address: str, parameters: int, seconds: float) -> int:
     """One worker of the update-rate run.
 
     Prints "ready" once registered and warmed up, waits for a line on stdin (the start
-    signal), pushes for `seconds`, then prints how many pushes it completed.
+    signal), pushes for `seconds`, then prints when (`time.monotonic`, the same clock in
+    every process) each push completed.
     """
     with ParameterServerClient([address]) as client:
         client.register()
@@ -245,13 +251,13 @@ def push_worker(address: str, parameters: int, seconds: float) -> int:
             client.push_pull({"w": grad}, step=step, example_count=1)
         print("ready", flush=True)
         sys.stdin.readline()
-        pushes = 0
-        ends = time.perf_counter() + seconds
-        while time.perf_counter() < ends:
+        completed = []
+        ends = time.monotonic() + seconds
+        while time.monotonic() < ends:
             step += 1
             client.push_pull({"w": grad}, step=step, example_count=1)
-            pushes += 1
-        print(json.dumps({"pushes": pushes}), flush=True)
+            completed.append(time.monotonic())
+        print(json.dumps({"completed": completed}), flush=True)
         client.deregister()
     return 0
 
@@ -275,14 +281,15 @@ def update_rate(workers: int, parameters: int, seconds: float) -> float:
                 if child.stdout.readline().strip() != "ready":
                     raise RuntimeError(f"a push worker failed to start:\n{ps.log_tail()}")
             # Every worker gets the start signal before any has run far ahead.
+            started = time.monotonic()
             for child in children:
                 assert child.stdin is not None
                 child.stdin.write("go\n")
                 child.stdin.flush()
-            counts = []
+            completed = []
             for child in children:
                 assert child.stdout is not None
-                counts.append(json.loads(child.stdout.readline())["pushes"])
+                completed.append(json.loads(child.stdout.readline())["completed"])
                 child.wait(60)
         finally:
             for child in children:
@@ -291,10 +298,17 @@ def update_rate(workers: int, parameters: int, seconds: float) -> float:
                     child.wait()
     finally:
         ps.stop()
-    rate = sum(counts) / seconds
+    windows = [0] * max(int(seconds), 1)
+    for times in completed:
+        for at in times:
+            window = int(at - started)
+            if window < len(windows):
+                windows[window] += 1
+    rate = statistics.median(windows)
     log(
-        f"{workers} workers x {parameters:,} float32, {workers} groups, {seconds:.0f} s: "
-        f"{rate:.0f} pushes/s (per worker {sorted(counts)})"
+        f"{workers} workers x {parameters:,} float32, {workers} groups: {rate:.0f} pushes/s "
+        f"(median of one-second windows {windows}; per worker "
+        f"{sorted(len(times) for times in completed)} in {seconds:.0f} s)"
     )
     return rate
 
@@ -315,7 +329,7 @@ def run(settings: Settings) -> dict[str, float]:
         echo_server.stop()
     rate = update_rate(settings.update_workers, settings.update_parameters, settings.update_seconds)
     key = f"pushes_per_s_{settings.update_workers}x{settings.update_parameters // 1000}K"
-    results[key] = round(rate, 1)
+    results[key] = round(float(rate), 1)
     return results
 
 
