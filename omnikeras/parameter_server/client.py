@@ -217,6 +217,11 @@ class ParameterServerClient:
         replies = self._each(lambda i, s: s.call(lambda: s.stub.SetGroups(request, timeout=self.timeout, metadata=s.metadata)))
         return dict(replies[0].assignment)
 
+    def request_stop(self) -> None:
+        """Ends training for every worker: each is told so in its next push result."""
+        request = pb.RequestStopRequest()
+        self._each(lambda i, s: s.call(lambda: s.stub.RequestStop(request, timeout=30, metadata=s.metadata)))
+
     def stats(self) -> list[pb.StatsReply]:
         """Each shard's statistics: versions, staleness histograms per group, counters."""
         return self._each(lambda i, s: s.call(lambda: s.stub.GetStats(pb.StatsRequest(), timeout=30, metadata=s.metadata)))
@@ -303,4 +308,6 @@ def _read_weights(
 
 
 def _push_result(reply: pb.PushReply) -> PushResult:
-    return PushResult(reply.model_version, reply.group, reply.group_members_combined)
+    return PushResult(
+        reply.model_version, reply.group, reply.group_members_combined, reply.stop_requested
+    )

@@ -168,6 +168,12 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
         )
 
     @_status_on_error
+    def RequestStop(self, request: pb.RequestStopRequest, context: grpc.ServicerContext) -> pb.RequestStopReply:
+        self.coordinator.request_stop()
+        logger.info("stop requested")
+        return pb.RequestStopReply()
+
+    @_status_on_error
     def Checkpoint(self, request: pb.CheckpointRequest, context: grpc.ServicerContext) -> pb.CheckpointReply:
         if self.save_checkpoint is None:
             raise FailedPrecondition("the server was started without a checkpoint directory")
@@ -258,6 +264,7 @@ def _push_reply(result: PushResult) -> pb.PushReply:
         model_version=result.model_version,
         group=result.group,
         group_members_combined=result.members_combined,
+        stop_requested=result.stop_requested,
     )
 
 

@@ -9,7 +9,15 @@ from typing import Any
 import keras
 
 from omnikeras.strategy import data
-from omnikeras.strategy.worker import ClusterWorker, GroupPlace
+from omnikeras.strategy.worker import ClusterWorker
+
+
+_CHIEF_ONLY_CALLBACKS = (
+    keras.callbacks.ModelCheckpoint,
+    keras.callbacks.BackupAndRestore,
+    keras.callbacks.CSVLogger,
+    keras.callbacks.TensorBoard,
+)
 
 
 class ClusterSync(keras.callbacks.Callback):
@@ -20,10 +28,9 @@ class ClusterSync(keras.callbacks.Callback):
     model version.
     """
 
-    def __init__(self, worker: ClusterWorker, place: GroupPlace, rows_per_step: int) -> None:
+    def __init__(self, worker: ClusterWorker, rows_per_step: int) -> None:
         super().__init__()
         self.worker = worker
-        self.place = place
         self.rows_per_step = rows_per_step
 
     def on_train_begin(self, logs: dict | None = None) -> None:
@@ -65,19 +72,20 @@ def fit_through_server(
         drop_remainder=len(place.members) > 1,
     )
     shard = data.worker_shard(batches, place)
+    # Only the members' ratio matters to the server's weighting, so a dataset's nominal
+    # batch size serves as well as its real one.
     rows_per_step = int(data.rows_per_member(batch_size, place)[place.member_index])
-    sync = ClusterSync(worker, place, rows_per_step)
+    sync = ClusterSync(worker, rows_per_step)
     callbacks = list(arguments.pop("callbacks", None) or [])
-    if config.is_chief:
-        callbacks.append(sync)
-    else:
-        # Validation, checkpoints and logs are the chief's job; the others only train.
-        callbacks = [sync]
+    if not config.is_chief:
+        # Validation, checkpoints and logs are the chief's job: the others would overwrite
+        # its files with their own.
+        callbacks = [c for c in callbacks if not isinstance(c, _CHIEF_ONLY_CALLBACKS)]
         arguments["verbose"] = 0
         for key in ("validation_data", "validation_steps", "validation_batch_size", "validation_freq"):
             arguments.pop(key, None)
     # The shard is shuffled already, alike on every worker.
-    return fit(model, x=shard, shuffle=False, callbacks=callbacks, **arguments)
+    return fit(model, x=shard, shuffle=False, callbacks=[*callbacks, sync], **arguments)
 
 
 def _check_supported(model: keras.Model, arguments: dict[str, Any]) -> None:
@@ -89,5 +97,10 @@ def _check_supported(model: keras.Model, arguments: dict[str, Any]) -> None:
         )
         model.jit_compile = False
         model.train_function = None
+    if not isinstance(model.optimizer, keras.optimizers.SGD):
+        raise TypeError(
+            "GroupedAsyncStrategy applies SGD with momentum on the parameter server; "
+            f"compile the model with keras.optimizers.SGD, not {type(model.optimizer).__name__}"
+        )
     if arguments.get("class_weight") is not None:
         raise ValueError("class_weight is not supported under GroupedAsyncStrategy: pass sample_weight")

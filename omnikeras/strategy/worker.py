@@ -136,12 +136,7 @@ class ClusterWorker:
             variable.assign(weights[variable.path])
 
 
-def _hyperparameters(optimizer: keras.optimizers.Optimizer) -> Hyperparameters:
-    if not isinstance(optimizer, keras.optimizers.SGD):
-        raise TypeError(
-            "GroupedAsyncStrategy applies SGD with momentum on the parameter server; "
-            f"compile the model with keras.optimizers.SGD, not {type(optimizer).__name__}"
-        )
+def _hyperparameters(optimizer: keras.optimizers.SGD) -> Hyperparameters:
     learning_rate = optimizer.learning_rate
     return Hyperparameters(
         learning_rate=float(keras.ops.convert_to_numpy(learning_rate)),

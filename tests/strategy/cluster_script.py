@@ -1,0 +1,90 @@
+"""The training script the strategy tests run, on a launched cluster or as plain Keras.
+
+Prints one line `RESULT {json}` with what the tests check.
+"""
+
+import argparse
+import json
+import os
+import signal
+
+import keras
+import numpy as np
+
+import omnikeras
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--plain", action="store_true", help="train in this process without the strategy")
+parser.add_argument("--examples", type=int, default=256)
+parser.add_argument("--batch-size", type=int, default=64)
+parser.add_argument("--epochs", type=int, default=2)
+parser.add_argument("--learning-rate", type=float, default=0.1)
+parser.add_argument("--momentum", type=float, default=0.9)
+parser.add_argument("--shuffle", action="store_true")
+parser.add_argument("--weights-out")
+parser.add_argument("--die-after", type=int, help="worker 1 kills itself after this many batches")
+parser.add_argument("--callbacks-dir", help="also run the standard Keras callbacks, writing here")
+args = parser.parse_args()
+
+keras.utils.set_random_seed(0)
+(x_train, y_train), (x_test, y_test) = omnikeras.datasets.digits()
+x_train, y_train = x_train[: args.examples], y_train[: args.examples]
+strategy = None if args.plain else omnikeras.GroupedAsyncStrategy()
+
+
+def build() -> keras.Model:
+    model = keras.Sequential([
+        keras.Input((8, 8, 1)),
+        keras.layers.Conv2D(8, 3, activation="relu"),
+        keras.layers.Flatten(),
+        keras.layers.Dense(10, activation="softmax"),
+    ])
+    model.compile(
+        optimizer=keras.optimizers.SGD(args.learning_rate, momentum=args.momentum),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+    )
+    return model
+
+
+if strategy is None:
+    model = build()
+else:
+    with strategy.scope():
+        model = build()
+
+callbacks: list[keras.callbacks.Callback] = []
+if args.die_after is not None and strategy is not None and strategy.config.worker_index == 1:
+    callbacks.append(keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda batch, logs: batch + 1 >= args.die_after and os.kill(os.getpid(), signal.SIGKILL)
+    ))
+if args.callbacks_dir:
+    callbacks += [
+        keras.callbacks.ModelCheckpoint(os.path.join(args.callbacks_dir, "model.keras")),
+        keras.callbacks.EarlyStopping(monitor="loss", patience=100),
+        keras.callbacks.CSVLogger(os.path.join(args.callbacks_dir, "log.csv")),
+        keras.callbacks.TensorBoard(os.path.join(args.callbacks_dir, "tensorboard")),
+    ]
+
+history = model.fit(
+    x_train, y_train, batch_size=args.batch_size, epochs=args.epochs, shuffle=args.shuffle,
+    validation_data=(x_test, y_test), callbacks=callbacks, verbose=2,
+)
+result = {
+    "history": history.history,
+    "test_accuracy": float(model.evaluate(x_test, y_test, verbose=0)[1]),
+}
+if strategy is not None:
+    worker = strategy.worker
+    stats = worker.client.stats()[0]
+    result |= {
+        "worker_index": strategy.config.worker_index,
+        "rows_per_step": worker.example_count,
+        "steps": worker.step,
+        "server_version": stats.model_version,
+        "staleness": {g.group: dict(g.staleness_histogram) for g in stats.groups},
+        "weights_checksum": float(sum(np.sum(w) for w in model.get_weights())),
+    }
+if args.weights_out:
+    np.savez(args.weights_out, *model.get_weights())
+print("RESULT " + json.dumps(result), flush=True)

@@ -1,0 +1,72 @@
+"""The strategy in this process, with one worker and an in-process parameter server."""
+
+import keras
+import numpy as np
+import pytest
+
+import omnikeras
+from omnikeras import ParameterServer, ParameterServerClient, WorkerConfig
+from omnikeras.config import ENV_VAR
+
+
+@pytest.fixture
+def server():
+    server = ParameterServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+def _model(strategy: omnikeras.GroupedAsyncStrategy, optimizer: type, **settings: float) -> keras.Model:
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="softmax")])
+        model.compile(optimizer=optimizer(**settings), loss="sparse_categorical_crossentropy")
+    return model
+
+
+def _data() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(96, 4)).astype(np.float32)
+    return x, (x[:, 0] > 0).astype(np.int64)
+
+
+def test_every_step_goes_through_the_server_hook(server) -> None:
+    strategy = omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,)))
+    model = _model(strategy, keras.optimizers.SGD, learning_rate=0.5, momentum=0.5)
+    x, y = _data()
+    history = model.fit(x, y, batch_size=32, epochs=3, verbose=0)
+    # The server applied every step: 96 / 32 batches in each of 3 epochs.
+    assert history.history["model_version"] == [3, 6, 9]
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    server_weights = ParameterServerClient([server.address]).pull().weights
+    for variable in model.trainable_variables:
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(variable), server_weights[variable.path])
+    assert server.coordinator.hyperparameters().momentum == 0.5
+
+
+def test_other_models_in_the_process_train_as_usual() -> None:
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="softmax")])
+    model.compile(optimizer=keras.optimizers.SGD(0.5), loss="sparse_categorical_crossentropy")
+    before = [keras.ops.convert_to_numpy(w).copy() for w in model.trainable_variables]
+    model.fit(*_data(), batch_size=32, epochs=1, verbose=0)
+    assert any(not np.array_equal(b, keras.ops.convert_to_numpy(w)) for b, w in zip(before, model.trainable_variables))
+
+
+def test_only_sgd_can_be_applied_by_the_server(server) -> None:
+    strategy = omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,)))
+    model = _model(strategy, keras.optimizers.Adam)
+    with pytest.raises(TypeError, match="keras.optimizers.SGD, not Adam"):
+        model.fit(*_data(), batch_size=32, epochs=1, verbose=0)
+
+
+def test_the_strategy_needs_a_cluster(monkeypatch) -> None:
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    with pytest.raises(ValueError, match="OMNIKERAS_CONFIG"):
+        omnikeras.GroupedAsyncStrategy()
+
+
+def test_a_missing_worker_is_reported_rather_than_awaited(server) -> None:
+    config = WorkerConfig((server.address,), num_workers=2, startup_timeout=0.5)
+    model = _model(omnikeras.GroupedAsyncStrategy(config), keras.optimizers.SGD)
+    with pytest.raises(TimeoutError, match="only 1 of 2 workers joined"):
+        model.fit(*_data(), batch_size=32, epochs=1, verbose=0)
