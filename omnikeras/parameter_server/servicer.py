@@ -88,11 +88,11 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
         if first is None or not first.message.HasField("hyperparameters"):
             raise InvalidArgument("InitModel must start with the hyperparameters")
         hyperparameters = Hyperparameters.from_proto(first.message.hyperparameters)
-        weights = _assemble(request_iterator)
+        weights, non_finite = _assemble(request_iterator)
         if not weights:
             raise InvalidArgument("InitModel carried no variables")
-        for name, array in weights.items():
-            _require_finite(name, array, "initial weight")
+        if non_finite is not None:
+            raise _non_finite_error("initial weight", non_finite)
         initialized = self.coordinator.initialize(weights, hyperparameters)
         return pb.InitModelReply(
             model_version=self.coordinator.model.version, initialized_by_caller=initialized
@@ -187,13 +187,10 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
             raise InvalidArgument("a push must start with its header")
         header = first.message.header
         self.coordinator.check_pusher(header.worker_id)
-        gradients = _assemble(request_iterator, self.coordinator.model.specs)
-        try:
-            for name, array in gradients.items():
-                _require_finite(name, array, "gradient")
-        except InvalidArgument:
+        gradients, non_finite = _assemble(request_iterator, self.coordinator.model.specs)
+        if non_finite is not None:
             self.coordinator.count_rejected_non_finite()
-            raise
+            raise _non_finite_error("gradient", non_finite)
         return self.coordinator.push(
             header.worker_id,
             header.step,
@@ -241,13 +238,24 @@ def _has_chunks(message_type: type) -> bool:
 def _assemble(
     requests: Iterator[tensors.Received[pb.PushRequest]] | Iterator[tensors.Received[pb.InitModelRequest]],
     expected: Mapping[str, tensors.VariableSpec] | None = None,
-) -> dict[str, np.ndarray]:
-    assembler = tensors.TensorAssembler(expected)
+) -> tuple[dict[str, np.ndarray], str | None]:
+    """The tensors of a stream, and the first of them that holds NaN or Inf, if any.
+
+    Each chunk is checked as it arrives, while the next ones are in flight: after the
+    stream, the check would hold up the reply (by 7 ms for 100 MB).
+    """
+    non_finite: list[str] = []
+
+    def check(name: str, elements: np.ndarray) -> None:
+        if not non_finite and not _finite(elements):
+            non_finite.append(name)
+
+    assembler = tensors.TensorAssembler(expected, inspect=check)
     for request in requests:
         if not request.message.HasField("chunk"):
             raise InvalidArgument("after the first message, a stream carries only tensor chunks")
         assembler.add(request.message.chunk, request.data)
-    return assembler.finish()
+    return assembler.finish(), non_finite[0] if non_finite else None
 
 
 def _weights(version: int, chunks: list[bytes] | None, push: PushResult | None) -> Iterator[pb.PullReply | bytes]:
@@ -268,9 +276,11 @@ def _push_reply(result: PushResult) -> pb.PushReply:
     )
 
 
-def _require_finite(name: str, array: np.ndarray, what: str) -> None:
+def _finite(array: np.ndarray) -> bool:
     # A sum is one pass with no temporary; only when it is not finite (NaN, Inf, or an
     # overflow of large finite values) is the exact check needed.
-    if np.isfinite(array.sum()) or np.isfinite(array).all():
-        return
-    raise InvalidArgument(f"{what} {name!r} holds NaN or Inf values; rejected")
+    return bool(np.isfinite(array.sum()) or np.isfinite(array).all())
+
+
+def _non_finite_error(what: str, name: str) -> InvalidArgument:
+    return InvalidArgument(f"{what} {name!r} holds NaN or Inf values; rejected")

@@ -226,13 +226,23 @@ class TensorAssembler:
     shape, a byte out of place, a tensor cut short or overrunning, or a variable missing at
     the end is INVALID_ARGUMENT. Without them (the model's first upload) any supported spec
     is taken.
+
+    `inspect`, if given, is called with a variable's name and the elements each chunk
+    completes (a view into the array being rebuilt), so that they can be examined while
+    the chunks that follow are still in flight, and while they are still in the CPU cache.
     """
 
-    def __init__(self, expected: Mapping[str, VariableSpec] | None = None) -> None:
+    def __init__(
+        self,
+        expected: Mapping[str, VariableSpec] | None = None,
+        inspect: Callable[[str, np.ndarray], None] | None = None,
+    ) -> None:
         self._expected = expected
+        self._inspect = inspect
         self.arrays: dict[str, np.ndarray] = {}
         self._current: tuple[VariableSpec, np.ndarray] | None = None
         self._filled = 0
+        self._inspected = 0
 
     def add(self, chunk: pb.TensorChunk, data: memoryview | None = None) -> None:
         """Takes one chunk; `data`, when given, stands for `chunk.data` (see `Received`)."""
@@ -255,6 +265,12 @@ class TensorAssembler:
             )
         raw[self._filled : end] = np.frombuffer(data, dtype=np.uint8)
         self._filled = end
+        if self._inspect is not None:
+            # A chunk may end inside an element, which then waits for the next chunk.
+            whole = end - end % spec.dtype.itemsize
+            if whole > self._inspected:
+                self._inspect(spec.name, raw[self._inspected : whole].view(spec.dtype))
+                self._inspected = whole
 
     def finish(self) -> dict[str, np.ndarray]:
         """Returns the arrays, after checking that every expected variable came whole."""
@@ -279,6 +295,7 @@ class TensorAssembler:
                 )
         array = np.empty(spec.shape, dtype=spec.dtype)
         self._current = (spec, array.reshape(-1).view(np.uint8))
+        self._inspected = 0
         self.arrays[spec.name] = array
 
     def _finish_current(self) -> None:
