@@ -5,9 +5,12 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: setup run test test-fast protos
+# Debian's packages need root: sudo where we are not.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-setup: $(INSTALLED)
+.PHONY: setup data run test test-fast protos
+
+setup: $(INSTALLED) data
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,8 +18,16 @@ $(INSTALLED): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[dev]"
 	touch $@
 
+# Fashion-MNIST from Debian's package where apt is available; elsewhere Keras downloads it.
+data:
+	@if [ ! -d /usr/share/datasets/fashion-mnist ] && command -v apt-get >/dev/null; then \
+		$(SUDO) apt-get install -y -q dataset-fashion-mnist \
+		|| ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q dataset-fashion-mnist) \
+		|| echo "dataset-fashion-mnist could not be installed: Keras will download Fashion-MNIST"; \
+	fi
+
 run: setup
-	$(PY) benchmarks/ps_roundtrip.py
+	$(PY) -m omnikeras launch --workers 4 --groups 2 examples/fashion_mnist.py --epochs 2
 
 test: setup
 	$(PY) -m pytest

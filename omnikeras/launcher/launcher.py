@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from types import FrameType
 
-from omnikeras.launcher.processes import Child
+from omnikeras.launcher.processes import Child, ServerStartError, start_parameter_server
 from omnikeras.config import ENV_VAR, WorkerConfig
 
 _POLL_SECONDS = 0.2
@@ -106,19 +106,17 @@ class _Cluster:
             env["OMNIKERAS_TOKEN"] = self.token
         addresses = []
         for shard in range(shards):
-            command = [
-                sys.executable, "-m", "omnikeras", "ps", "--port", "0", "--groups", str(groups),
-                "--group-timeout", str(group_timeout),
+            args = [
+                "--groups", str(groups), "--group-timeout", str(group_timeout),
                 "--checkpoint-dir", str(self.log_dir / f"ps-{shard}-checkpoints"),
             ]
             log = open(self.log_dir / f"ps-{shard}.log", "w")
-            server = Child(f"parameter server {shard}", command, env, log, read_stdout=True)
+            try:
+                server, address = start_parameter_server(args, log, env, name=f"parameter server {shard}")
+            except ServerStartError as error:
+                raise LaunchError(str(error)) from None
             self.servers.append(server)
-            line = server.read_line(timeout=60)
-            if "listening on" not in line:
-                server.terminate()
-                raise LaunchError(f"{server.describe_exit()} before it listened")
-            addresses.append(line.split()[-1])
+            addresses.append(address)
         _say(f"parameter servers at {', '.join(addresses)}; logs in {self.log_dir}")
         return addresses
 

@@ -5,9 +5,12 @@ import os
 import select
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from typing import IO
+
+_READY = "omnikeras ps listening on "
 
 
 class Child:
@@ -57,6 +60,23 @@ class Child:
         how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
         where = f" (log: {self.log_path})" if self.log_path else ""
         return f"{self.name} {how}{where}"
+
+
+class ServerStartError(RuntimeError):
+    """A parameter server exited, or said nothing, before it listened."""
+
+
+def start_parameter_server(
+    args: Sequence[str], log: IO[str] | None, env: dict[str, str] | None = None, name: str = "parameter server"
+) -> tuple[Child, str]:
+    """Starts `omnikeras ps ARGS --port 0` and returns it with the address it listens on."""
+    command = [sys.executable, "-m", "omnikeras", "ps", "--port", "0", *args]
+    server = Child(name, command, dict(env if env is not None else os.environ), log, read_stdout=True)
+    line = server.read_line(timeout=60)
+    if not line.startswith(_READY):
+        server.terminate()
+        raise ServerStartError(f"{server.describe_exit()} before it listened")
+    return server, line.removeprefix(_READY).strip()
 
 
 def _signal_group(pid: int, signum: int) -> None:

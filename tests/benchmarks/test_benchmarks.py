@@ -1,0 +1,28 @@
+"""The benchmarks run and print their figures; their timings are not asserted here."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+BENCHMARKS = pathlib.Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "script, keys",
+    [
+        ("ps_roundtrip.py", {"roundtrip_vs_echo_1M", "roundtrip_vs_echo_25M", "pushes_per_s_8x100K"}),
+        ("strategy_overhead.py", {"step_time_vs_plain_keras"}),
+    ],
+)
+def test_quick_mode_prints_its_figures_last(script: str, keys: set[str]) -> None:
+    run = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), "--quick"], capture_output=True, text=True, timeout=600
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    figures = json.loads(run.stdout.strip().splitlines()[-1])
+    assert set(figures) == keys
+    assert all(value > 0 for value in figures.values())

@@ -1,0 +1,33 @@
+"""`omnikeras launch` refuses bad requests before it starts anything."""
+
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--workers", "2", "--groups", "3", "x.py"], "3 groups need at least as many workers"),
+        (["--workers", "0", "x.py"], "at least 1"),
+        (["no-such-script.py"], "no training script at no-such-script.py"),
+    ],
+)
+def test_bad_requests_exit_with_a_message(tmp_path, args: list[str], message: str) -> None:
+    (tmp_path / "x.py").write_text("")
+    run = subprocess.run(
+        [sys.executable, "-m", "omnikeras", "launch", "--log-dir", str(tmp_path / "logs"), *args],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )
+    assert run.returncode == 2
+    assert message in run.stderr
+
+
+def test_throughputs_must_be_numbers() -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "omnikeras", "launch", "--throughputs", "1,fast", "x.py"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert run.returncode == 2
+    assert "comma-separated numbers" in run.stderr
