@@ -222,6 +222,16 @@ class ParameterServerClient:
         request = pb.RequestStopRequest()
         self._each(lambda i, s: s.call(lambda: s.stub.RequestStop(request, timeout=30, metadata=s.metadata)))
 
+    def save_snapshot(self, name: str) -> None:
+        """Makes every shard keep an in-memory copy of its weights and momentum buffers."""
+        request = pb.SnapshotRequest(name=name)
+        self._each(lambda i, s: s.call(lambda: s.stub.SaveSnapshot(request, timeout=self.timeout, metadata=s.metadata)))
+
+    def restore_snapshot(self, name: str) -> None:
+        """Puts a saved snapshot back on every shard, between group steps."""
+        request = pb.SnapshotRequest(name=name)
+        self._each(lambda i, s: s.call(lambda: s.stub.RestoreSnapshot(request, timeout=self.timeout, metadata=s.metadata)))
+
     def stats(self) -> list[pb.StatsReply]:
         """Each shard's statistics: versions, staleness histograms per group, counters."""
         return self._each(lambda i, s: s.call(lambda: s.stub.GetStats(pb.StatsRequest(), timeout=30, metadata=s.metadata)))
@@ -309,5 +319,9 @@ def _read_weights(
 
 def _push_result(reply: pb.PushReply) -> PushResult:
     return PushResult(
-        reply.model_version, reply.group, reply.group_members_combined, reply.stop_requested
+        reply.model_version,
+        reply.group,
+        reply.group_members_combined,
+        reply.stop_requested,
+        reply.layout_version,
     )

@@ -32,6 +32,8 @@ class PushResult:
     members_combined: int
     # Training is over: the worker should stop and deregister.
     stop_requested: bool = False
+    # Changes whenever groups or their members change.
+    layout_version: int = 0
 
 
 @dataclass
@@ -101,6 +103,8 @@ class GroupCoordinator:
         self._rejected_non_finite = 0
         self._workers_dropped = 0
         self._stop_requested = False
+        self._layout_version = 0
+        self._snapshots: dict[str, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = {}
 
     # Membership ---------------------------------------------------------------------------
 
@@ -123,6 +127,7 @@ class GroupCoordinator:
             self._workers[worker_id] = _Worker(group=group, host=host)
             self._assignment[worker_id] = group
             self._dropped.discard(worker_id)
+            self._layout_version += 1
             return worker_id, group
 
     def deregister(self, worker_id: int) -> None:
@@ -163,6 +168,7 @@ class GroupCoordinator:
                 sizes[group] += 1
                 self._workers[worker_id].group = group
             self._assignment.update({w: worker.group for w, worker in self._workers.items()})
+            self._layout_version += 1
             return num_groups, {w: worker.group for w, worker in self._workers.items()}, flushed
 
     # Model --------------------------------------------------------------------------------
@@ -248,7 +254,9 @@ class GroupCoordinator:
             return self._with_stop(self._wait(pending, group, caller_gone))
 
     def _with_stop(self, result: PushResult) -> PushResult:
-        return dataclasses.replace(result, stop_requested=self._stop_requested)
+        return dataclasses.replace(
+            result, stop_requested=self._stop_requested, layout_version=self._layout_version
+        )
 
     def _duplicate(
         self, worker_id: int, worker: _Worker, step: int, caller_gone: Callable[[], bool]
@@ -295,10 +303,12 @@ class GroupCoordinator:
             self._dropped.add(worker_id)
             self._workers_dropped += 1
         self._stop_requested = self._stop_requested and bool(self._workers)
+        self._layout_version += 1
 
     def _remove(self, worker_id: int) -> None:
         group = self._workers.pop(worker_id).group
         self._stop_requested = self._stop_requested and bool(self._workers)
+        self._layout_version += 1
         pending = self._pending.get(group)
         if pending is None:
             return
@@ -323,6 +333,31 @@ class GroupCoordinator:
                 "deadline; register again"
             )
         raise NotFound(f"unknown worker {worker_id}: register first")
+
+    # Snapshots ----------------------------------------------------------------------------
+
+    def save_snapshot(self, name: str) -> int:
+        with self._cond:
+            self.model.require_initialized()
+            self._snapshots[name] = self.model.snapshot()
+            return self.model.version
+
+    def restore_snapshot(self, name: str) -> int:
+        """Puts a snapshot back between group steps; partial steps are applied first."""
+        with self._cond:
+            if name not in self._snapshots:
+                raise NotFound(f"no snapshot named {name!r}; saved: {sorted(self._snapshots)}")
+            for group in list(self._pending):
+                self._complete(group)
+            weights, velocities = self._snapshots[name]
+            # Fresh copies: the snapshot stays reusable, and pulls still reading the
+            # current arrays are not disturbed.
+            self.model.initialize(
+                {n: w.copy() for n, w in weights.items()},
+                self.model.version + 1,
+                {n: v.copy() for n, v in velocities.items()},
+            )
+            return self.model.version
 
     # Stats and checkpoints ----------------------------------------------------------------
 

@@ -5,7 +5,7 @@ import functools
 import logging
 import pathlib
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TypeVar
 
 import grpc
@@ -174,6 +174,16 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
         return pb.RequestStopReply()
 
     @_status_on_error
+    def SaveSnapshot(self, request: pb.SnapshotRequest, context: grpc.ServicerContext) -> pb.SnapshotReply:
+        return pb.SnapshotReply(model_version=self.coordinator.save_snapshot(request.name))
+
+    @_status_on_error
+    def RestoreSnapshot(self, request: pb.SnapshotRequest, context: grpc.ServicerContext) -> pb.SnapshotReply:
+        version = self.coordinator.restore_snapshot(request.name)
+        logger.info("restored snapshot %r as version %d", request.name, version)
+        return pb.SnapshotReply(model_version=version)
+
+    @_status_on_error
     def Checkpoint(self, request: pb.CheckpointRequest, context: grpc.ServicerContext) -> pb.CheckpointReply:
         if self.save_checkpoint is None:
             raise FailedPrecondition("the server was started without a checkpoint directory")
@@ -258,7 +268,7 @@ def _assemble(
     return assembler.finish(), non_finite[0] if non_finite else None
 
 
-def _weights(version: int, chunks: list[bytes] | None, push: PushResult | None) -> Iterator[pb.PullReply | bytes]:
+def _weights(version: int, chunks: Iterable[bytes] | None, push: PushResult | None) -> Iterator[pb.PullReply | bytes]:
     header = pb.PullHeader(model_version=version, has_weights=chunks is not None)
     if push is not None:
         header.push.CopyFrom(_push_reply(push))
@@ -273,6 +283,7 @@ def _push_reply(result: PushResult) -> pb.PushReply:
         group=result.group,
         group_members_combined=result.members_combined,
         stop_requested=result.stop_requested,
+        layout_version=result.layout_version,
     )
 
 

@@ -3,7 +3,8 @@
 All workers walk the same sequence of batches (the same seeded shuffle). Group `j` of `g`
 takes batches `j, j + g, j + 2g, ...`, one per group step, and each member of the group
 takes its slice of the batch's rows, so every example is read once per epoch and each
-update is made of exactly one batch.
+update is made of exactly one batch. The place is read from variables at every batch, so
+that a regrouping while training runs takes effect at once, without a new pipeline.
 """
 
 from typing import Any
@@ -11,19 +12,33 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from omnikeras.strategy.worker import GroupPlace
+from omnikeras.strategy.place import GroupPlace
+
+
+class DataPlacement:
+    """The worker's place as variables its input pipeline reads at every batch."""
+
+    def __init__(self) -> None:
+        with tf.device("/cpu:0"):
+            self.num_groups = tf.Variable(1, dtype=tf.int64, trainable=False)
+            self.group = tf.Variable(0, dtype=tf.int64, trainable=False)
+            self.start = tf.Variable(0.0, dtype=tf.float64, trainable=False)
+            self.stop = tf.Variable(1.0, dtype=tf.float64, trainable=False)
+            self.min_rows = tf.Variable(1, dtype=tf.int64, trainable=False)
+
+    def update(self, place: GroupPlace) -> None:
+        self.num_groups.assign(place.num_groups)
+        self.group.assign(place.group)
+        self.start.assign(place.start)
+        self.stop.assign(place.stop)
+        self.min_rows.assign(place.min_batch_size())
 
 
 def training_batches(
-    x: Any,
-    y: Any,
-    sample_weight: Any,
-    batch_size: int | None,
-    shuffle: bool | str,
-    seed: int,
-    drop_remainder: bool,
+    x: Any, y: Any, sample_weight: Any, batch_size: int, shuffle: bool | str, seed: int
 ) -> tf.data.Dataset:
-    """The batches `model.fit` would make of `x`, the same on every worker."""
+    """The batches `model.fit` would make of `x`, the same on every worker. A short last
+    batch is left out: it could not be shared by every member of a group."""
     if isinstance(x, tf.data.Dataset):
         if y is not None or sample_weight is not None:
             raise ValueError("with a tf.data.Dataset, pass y and sample_weight inside the dataset")
@@ -39,7 +54,7 @@ def training_batches(
         count = len(tf.nest.flatten(x)[0])
         # The same seed on every worker: they must agree on which examples form a batch.
         dataset = dataset.shuffle(count, seed=seed, reshuffle_each_iteration=True)
-    return dataset.batch(batch_size or 32, drop_remainder=drop_remainder)
+    return dataset.batch(batch_size, drop_remainder=True)
 
 
 def split_validation(x: Any, y: Any, sample_weight: Any, fraction: float) -> tuple[tuple, tuple]:
@@ -60,43 +75,24 @@ def split_validation(x: Any, y: Any, sample_weight: Any, fraction: float) -> tup
     return training, validation
 
 
-def worker_shard(batches: tf.data.Dataset, place: GroupPlace) -> tf.data.Dataset:
+def worker_shard(batches: tf.data.Dataset, placement: DataPlacement) -> tf.data.Dataset:
     """This worker's share of `batches`: its group's batches, and its rows of each."""
-    batches = batches.shard(place.num_groups, place.group)
-    if len(place.members) > 1:
-        static_size = tf.nest.flatten(batches.element_spec)[0].shape[0]
-        if static_size is None:
-            batches = batches.filter(lambda *batch: _every_member_gets_rows(batch, place))
-        elif rows_per_member(static_size, place).min() < 1:
-            raise ValueError(
-                f"a batch of {static_size} cannot be shared by the {len(place.members)} "
-                "members of a group: raise the batch size"
-            )
-        batches = batches.map(lambda *batch: _rows(batch, place))
-    return batches.prefetch(tf.data.AUTOTUNE)
+
+    def mine(index: tf.Tensor, batch: Any) -> tf.Tensor:
+        return (index % placement.num_groups == placement.group) & (_length(batch) >= placement.min_rows)
+
+    def rows(index: tf.Tensor, batch: Any) -> Any:
+        count = tf.cast(_length(batch), tf.float64)
+        start = tf.cast(tf.math.round(count * placement.start), tf.int32)
+        stop = tf.cast(tf.math.round(count * placement.stop), tf.int32)
+        return tf.nest.map_structure(lambda tensor: tensor[start:stop], batch)
+
+    # One batch ahead at most: a regrouping reaches the next step, not one far behind it.
+    return batches.enumerate().filter(mine).map(rows).prefetch(1)
 
 
-def rows_per_member(batch_size: int, place: GroupPlace) -> np.ndarray:
-    """How many rows of a batch of `batch_size` each member of the group takes."""
-    return np.diff(np.round(batch_size * np.array(place.boundaries)).astype(int))
-
-
-def _bounds(batch: tuple, place: GroupPlace) -> tf.Tensor:
-    count = tf.cast(tf.shape(tf.nest.flatten(batch)[0])[0], tf.float64)
-    return tf.cast(tf.math.round(count * tf.constant(place.boundaries, tf.float64)), tf.int32)
-
-
-def _every_member_gets_rows(batch: tuple, place: GroupPlace) -> tf.Tensor:
-    # Decided alike by every member, so that they all take the same number of steps.
-    bounds = _bounds(batch, place)
-    return tf.reduce_all(bounds[1:] > bounds[:-1])
-
-
-def _rows(batch: tuple, place: GroupPlace) -> Any:
-    bounds = _bounds(batch, place)
-    start, stop = bounds[place.member_index], bounds[place.member_index + 1]
-    sliced = tf.nest.map_structure(lambda tensor: tensor[start:stop], batch)
-    return sliced[0] if len(sliced) == 1 else sliced
+def _length(batch: Any) -> tf.Tensor:
+    return tf.cast(tf.shape(tf.nest.flatten(batch)[0])[0], tf.int64)
 
 
 def _is_array_structure(x: Any) -> bool:

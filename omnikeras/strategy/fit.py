@@ -28,14 +28,13 @@ class ClusterSync(keras.callbacks.Callback):
     model version.
     """
 
-    def __init__(self, worker: ClusterWorker, rows_per_step: int) -> None:
+    def __init__(self, worker: ClusterWorker) -> None:
         super().__init__()
         self.worker = worker
-        self.rows_per_step = rows_per_step
 
     def on_train_begin(self, logs: dict | None = None) -> None:
         # Keras has built the model and its optimizer by now.
-        self.worker.start(self.model, self.rows_per_step)
+        self.worker.start(self.model)
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         if self.worker.stop_requested:
@@ -65,17 +64,19 @@ def fit_through_server(
         (x, y, sample_weight), arguments["validation_data"] = data.split_validation(
             x, y, sample_weight, validation_split
         )
-    place = worker.join()
     batch_size = arguments.pop("batch_size", None) or 32
+    worker.join(batch_size)
     batches = data.training_batches(
-        x, y, sample_weight, batch_size, arguments.pop("shuffle", True), config.seed,
-        drop_remainder=len(place.members) > 1,
+        x, y, sample_weight, batch_size, arguments.pop("shuffle", True), config.seed
     )
-    shard = data.worker_shard(batches, place)
-    # Only the members' ratio matters to the server's weighting, so a dataset's nominal
-    # batch size serves as well as its real one.
-    rows_per_step = int(data.rows_per_member(batch_size, place)[place.member_index])
-    sync = ClusterSync(worker, rows_per_step)
+    batch_count = int(batches.cardinality())
+    if batch_count > 0 and arguments.get("steps_per_epoch") is None:
+        # An endless stream, so that a regrouping while training runs never leaves a
+        # worker short of data; an epoch is the steps of the starting layout.
+        batches = batches.repeat()
+        arguments["steps_per_epoch"] = max(1, -(-batch_count // worker.place.num_groups))
+    shard = data.worker_shard(batches, worker.placement)
+    sync = ClusterSync(worker)
     callbacks = list(arguments.pop("callbacks", None) or [])
     if not config.is_chief:
         # Validation, checkpoints and logs are the chief's job: the others would overwrite
@@ -85,7 +86,8 @@ def fit_through_server(
         for key in ("validation_data", "validation_steps", "validation_batch_size", "validation_freq"):
             arguments.pop(key, None)
     # The shard is shuffled already, alike on every worker.
-    return fit(model, x=shard, shuffle=False, callbacks=[*callbacks, sync], **arguments)
+    # First, so that the others see the cluster's weights from their first hook on.
+    return fit(model, x=shard, shuffle=False, callbacks=[sync, *callbacks], **arguments)
 
 
 def _check_supported(model: keras.Model, arguments: dict[str, Any]) -> None:

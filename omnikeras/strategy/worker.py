@@ -1,40 +1,24 @@
 """One worker process's membership in the cluster: joining, the first weights, every
-group step's push and pull, and the end of training."""
+group step's push and pull, a regrouping while training runs, and the end of training."""
 
 import logging
 import time
-from dataclasses import dataclass
 
+import grpc
 import keras
 import numpy as np
 
-from omnikeras.parameter_server import Hyperparameters, ParameterServerClient, PushResult
 from omnikeras.config import WorkerConfig
+from omnikeras.parameter_server import Hyperparameters, ParameterServerClient, PushResult
+from omnikeras.strategy.data import DataPlacement
+from omnikeras.strategy.place import GroupPlace
 
 logger = logging.getLogger(__name__)
 
 _POLL_SECONDS = 0.1
-
-
-@dataclass(frozen=True)
-class GroupPlace:
-    """Where a worker's data comes from: its group reads every `num_groups`-th batch,
-    starting at `group`, and member `i` takes the rows between `boundaries[i]` and
-    `boundaries[i + 1]` (fractions of the batch), in proportion to its throughput."""
-
-    group: int
-    num_groups: int
-    members: tuple[int, ...]
-    boundaries: tuple[float, ...]
-    member_index: int
-
-    @property
-    def start(self) -> float:
-        return self.boundaries[self.member_index]
-
-    @property
-    def stop(self) -> float:
-        return self.boundaries[self.member_index + 1]
+# Consecutive steps whose gradients the server refused as NaN or Inf before training
+# stops: a tuner restores sane weights long before that.
+MAX_REJECTED_STEPS = 10
 
 
 class ClusterWorker:
@@ -43,51 +27,36 @@ class ClusterWorker:
         self.client = ParameterServerClient(
             list(config.parameter_servers), token=config.token, root_cert=config.root_cert
         )
+        self.placement = DataPlacement()
+        self.place: GroupPlace | None = None
+        self.batch_size = 32
+        self.example_count = 1
         self.step = 0
         self.names: list[str] = []
-        self.example_count = 1
         self.last_push: PushResult | None = None
+        self.rejected_steps = 0
+        self._layout_version = -1
 
     # Joining ------------------------------------------------------------------------------
 
-    def join(self) -> GroupPlace:
-        """Registers, waits for every worker to join, and returns this worker's place."""
+    def join(self, batch_size: int) -> GroupPlace:
+        """Registers, waits for every worker to join, and takes this worker's place."""
         self.client.register(worker_id=self.config.worker_id)
+        self.batch_size = batch_size
         deadline = time.monotonic() + self.config.startup_timeout
-        while True:
-            groups = self.client.stats()[0].groups
-            joined = sum(len(g.members) for g in groups)
-            if joined >= self.config.num_workers:
-                break
+        while (joined := self._workers_joined()) < self.config.num_workers:
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"only {joined} of {self.config.num_workers} workers joined within "
                     f"{self.config.startup_timeout:.0f} s"
                 )
             time.sleep(_POLL_SECONDS)
-        mine = next(g for g in groups if self.config.worker_id in g.members)
-        members = tuple(sorted(mine.members))
-        throughputs = np.array([self.config.throughput_of(m) for m in members])
-        boundaries = np.concatenate([[0.0], np.cumsum(throughputs) / throughputs.sum()])
-        boundaries[-1] = 1.0
-        place = GroupPlace(
-            group=mine.group,
-            num_groups=len(groups),
-            members=members,
-            boundaries=tuple(float(b) for b in boundaries),
-            member_index=members.index(self.config.worker_id),
-        )
-        logger.info(
-            "worker %d joined group %d of %d with members %s, taking %.0f%% of each batch",
-            self.config.worker_id, place.group, place.num_groups, list(members), 100 * (place.stop - place.start),
-        )
-        return place
+        return self._take_place()
 
-    def start(self, model: keras.Model, batch_share: int) -> None:
+    def start(self, model: keras.Model) -> None:
         """Gives every worker the same first weights: the chief's, or the server's if it
         already holds some (a restored checkpoint, or an earlier `fit`)."""
         self.names = [v.path for v in model.trainable_variables]
-        self.example_count = max(batch_share, 1)
         if self.config.is_chief:
             weights = {v.path: keras.ops.convert_to_numpy(v) for v in model.trainable_variables}
             if self.client.init_model(weights, _hyperparameters(model.optimizer)):
@@ -100,15 +69,57 @@ class ClusterWorker:
     def push_pull(self, *gradients: np.ndarray) -> list[np.ndarray]:
         """One group step: this worker's gradients out, the group step's weights back."""
         self.step += 1
-        result, pulled = self.client.push_pull(
-            dict(zip(self.names, gradients)), step=self.step, example_count=self.example_count
-        )
+        try:
+            result, pulled = self.client.push_pull(
+                dict(zip(self.names, gradients)), step=self.step, example_count=self.example_count
+            )
+        except grpc.RpcError as error:
+            if error.code() != grpc.StatusCode.INVALID_ARGUMENT or "NaN or Inf" not in (error.details() or ""):
+                raise
+            return self._skip_step()
+        self.rejected_steps = 0
         self.last_push = result
+        if result.layout_version != self._layout_version:
+            self._layout_version = result.layout_version
+            self._take_place()
         return [pulled.weights[name] for name in self.names]
 
     @property
     def stop_requested(self) -> bool:
         return self.last_push is not None and self.last_push.stop_requested
+
+    def _skip_step(self) -> list[np.ndarray]:
+        """The server refused this step's NaN or Inf gradients: carry on from its weights."""
+        self.rejected_steps += 1
+        if self.rejected_steps > MAX_REJECTED_STEPS:
+            raise FloatingPointError(
+                f"the gradients were NaN or Inf for {self.rejected_steps} steps in a row: "
+                "training diverged; lower the learning rate"
+            )
+        weights = self.client.pull().weights
+        return [weights[name] for name in self.names]
+
+    def _take_place(self) -> GroupPlace:
+        groups = self.client.stats()[0].groups
+        place = GroupPlace.of(self.config.worker_id, groups, self.config.throughput_of)
+        if place.min_batch_size() > self.batch_size:
+            raise ValueError(
+                f"a batch of {self.batch_size} cannot be shared by the {len(place.members)} "
+                "members of a group: raise the batch size"
+            )
+        if place != self.place:
+            logger.info(
+                "worker %d: group %d of %d with members %s, %.0f%% of each batch",
+                self.config.worker_id, place.group, place.num_groups, list(place.members),
+                100 * (place.stop - place.start),
+            )
+        self.place = place
+        self.placement.update(place)
+        self.example_count = int(place.rows_per_member(self.batch_size)[place.member_index])
+        return place
+
+    def _workers_joined(self) -> int:
+        return sum(len(g.members) for g in self.client.stats()[0].groups)
 
     # Finishing ----------------------------------------------------------------------------
 
@@ -121,7 +132,7 @@ class ClusterWorker:
             self.client.request_stop()
         self.client.deregister()
         deadline = time.monotonic() + self.config.finish_timeout
-        while any(g.members for g in self.client.stats()[0].groups):
+        while self._workers_joined():
             if time.monotonic() > deadline:
                 logger.warning(
                     "other workers still train after %.0f s; taking the weights as they are",
@@ -137,9 +148,8 @@ class ClusterWorker:
 
 
 def _hyperparameters(optimizer: keras.optimizers.SGD) -> Hyperparameters:
-    learning_rate = optimizer.learning_rate
     return Hyperparameters(
-        learning_rate=float(keras.ops.convert_to_numpy(learning_rate)),
+        learning_rate=float(keras.ops.convert_to_numpy(optimizer.learning_rate)),
         momentum=float(optimizer.momentum),
         nesterov=bool(optimizer.nesterov),
     )

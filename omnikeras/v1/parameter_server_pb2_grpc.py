@@ -95,6 +95,16 @@ class ParameterServerStub:
                 request_serializer=omnikeras_dot_v1_dot_parameter__server__pb2.RequestStopRequest.SerializeToString,
                 response_deserializer=omnikeras_dot_v1_dot_parameter__server__pb2.RequestStopReply.FromString,
                 _registered_method=True)
+        self.SaveSnapshot = channel.unary_unary(
+                '/omnikeras.v1.ParameterServer/SaveSnapshot',
+                request_serializer=omnikeras_dot_v1_dot_parameter__server__pb2.SnapshotRequest.SerializeToString,
+                response_deserializer=omnikeras_dot_v1_dot_parameter__server__pb2.SnapshotReply.FromString,
+                _registered_method=True)
+        self.RestoreSnapshot = channel.unary_unary(
+                '/omnikeras.v1.ParameterServer/RestoreSnapshot',
+                request_serializer=omnikeras_dot_v1_dot_parameter__server__pb2.SnapshotRequest.SerializeToString,
+                response_deserializer=omnikeras_dot_v1_dot_parameter__server__pb2.SnapshotReply.FromString,
+                _registered_method=True)
 
 
 class ParameterServerServicer:
@@ -177,6 +187,22 @@ class ParameterServerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SaveSnapshot(self, request, context):
+        """Keeps a named in-memory copy of the weights and momentum buffers, so that tuning
+        trials can all start from the same point.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RestoreSnapshot(self, request, context):
+        """Puts a saved snapshot's weights and momentum buffers back, between group steps. The
+        version still goes up, so staleness stays meaningful.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ParameterServerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -239,6 +265,16 @@ def add_ParameterServerServicer_to_server(servicer, server):
                     servicer.RequestStop,
                     request_deserializer=omnikeras_dot_v1_dot_parameter__server__pb2.RequestStopRequest.FromString,
                     response_serializer=omnikeras_dot_v1_dot_parameter__server__pb2.RequestStopReply.SerializeToString,
+            ),
+            'SaveSnapshot': grpc.unary_unary_rpc_method_handler(
+                    servicer.SaveSnapshot,
+                    request_deserializer=omnikeras_dot_v1_dot_parameter__server__pb2.SnapshotRequest.FromString,
+                    response_serializer=omnikeras_dot_v1_dot_parameter__server__pb2.SnapshotReply.SerializeToString,
+            ),
+            'RestoreSnapshot': grpc.unary_unary_rpc_method_handler(
+                    servicer.RestoreSnapshot,
+                    request_deserializer=omnikeras_dot_v1_dot_parameter__server__pb2.SnapshotRequest.FromString,
+                    response_serializer=omnikeras_dot_v1_dot_parameter__server__pb2.SnapshotReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -566,6 +602,60 @@ class ParameterServer:
             '/omnikeras.v1.ParameterServer/RequestStop',
             omnikeras_dot_v1_dot_parameter__server__pb2.RequestStopRequest.SerializeToString,
             omnikeras_dot_v1_dot_parameter__server__pb2.RequestStopReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SaveSnapshot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/omnikeras.v1.ParameterServer/SaveSnapshot',
+            omnikeras_dot_v1_dot_parameter__server__pb2.SnapshotRequest.SerializeToString,
+            omnikeras_dot_v1_dot_parameter__server__pb2.SnapshotReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RestoreSnapshot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/omnikeras.v1.ParameterServer/RestoreSnapshot',
+            omnikeras_dot_v1_dot_parameter__server__pb2.SnapshotRequest.SerializeToString,
+            omnikeras_dot_v1_dot_parameter__server__pb2.SnapshotReply.FromString,
             options,
             channel_credentials,
             insecure,

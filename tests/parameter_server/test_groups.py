@@ -32,6 +32,10 @@ def _push_async(coordinator: GroupCoordinator, worker: int, step: int, value: fl
     return outcome
 
 
+def _step(result: PushResult) -> tuple[int, int, int]:
+    return result.model_version, result.group, result.members_combined
+
+
 def _weights(coordinator: GroupCoordinator) -> np.ndarray:
     return coordinator.model.weights["w"].copy()
 
@@ -42,7 +46,7 @@ def test_group_of_three_applies_the_count_weighted_mean_once() -> None:
     pending = [_push_async(coordinator, w, 1, value, count) for w, value, count in zip(workers, [1.0, 2.0, 4.0], [1, 1, 2])]
     for p in pending:
         p["thread"].join(5)
-    assert {p["result"] for p in pending} == {PushResult(1, 0, 3)}
+    assert {_step(p["result"]) for p in pending} == {(1, 0, 3)}
     np.testing.assert_array_equal(_weights(coordinator), np.full(3, -(1 + 2 + 8) / 4))
     assert coordinator.model.version == 1
 
@@ -53,9 +57,9 @@ def test_groups_apply_independently() -> None:
     assert coordinator.stats().groups[0].members == [first]
     # Group 1's member has not pushed, yet group 0's step is applied at once.
     result = coordinator.push(first, 1, 0, 1, {"w": np.ones(3, np.float32)})
-    assert result == PushResult(1, 0, 1)
+    assert _step(result) == (1, 0, 1)
     result = coordinator.push(second, 1, 0, 1, {"w": np.ones(3, np.float32)})
-    assert result == PushResult(2, 1, 1)
+    assert _step(result) == (2, 1, 1)
     stats = coordinator.stats()
     assert stats.groups[1].staleness_histogram == {1: 1}
     assert stats.groups[0].staleness_histogram == {0: 1}
@@ -95,7 +99,7 @@ def test_deregistering_the_last_missing_member_completes_the_step() -> None:
     assert "result" not in pending
     coordinator.deregister(leaving)
     pending["thread"].join(5)
-    assert pending["result"] == PushResult(1, 0, 1)
+    assert _step(pending["result"]) == (1, 0, 1)
 
 
 def test_regrouping_applies_partial_steps_first() -> None:
@@ -105,7 +109,7 @@ def test_regrouping_applies_partial_steps_first() -> None:
     time.sleep(0.1)
     num_groups, assignment, flushed = coordinator.set_groups(2, {})
     pending["thread"].join(5)
-    assert pending["result"] == PushResult(1, 0, 1)
+    assert _step(pending["result"]) == (1, 0, 1)
     assert (num_groups, flushed) == (2, 1)
     assert sorted(assignment.values()) == [0, 0, 1, 1]
     np.testing.assert_array_equal(_weights(coordinator), np.full(3, -4.0))
@@ -142,3 +146,34 @@ def test_pushing_before_the_model_exists_is_refused() -> None:
         coordinator.check_pusher(worker)
     with pytest.raises(FailedPrecondition, match="not initialised"):
         coordinator.wait_for_model(0.05)
+
+
+def test_snapshots_restore_weights_and_momentum_between_steps() -> None:
+    coordinator = GroupCoordinator(ModelState(Hyperparameters(1.0, momentum=0.5)))
+    coordinator.initialize({"w": np.zeros(3, np.float32)}, Hyperparameters(1.0, momentum=0.5))
+    worker = coordinator.register()[0]
+    coordinator.push(worker, 1, 0, 1, {"w": np.ones(3, np.float32)})
+    coordinator.save_snapshot("start")
+    coordinator.push(worker, 2, 1, 1, {"w": np.ones(3, np.float32)})
+    after_two = _weights(coordinator)
+    assert coordinator.restore_snapshot("start") == 3
+    np.testing.assert_array_equal(_weights(coordinator), -np.ones(3))
+    # The momentum buffer came back too: the same push lands where it did the first time.
+    coordinator.push(worker, 3, 3, 1, {"w": np.ones(3, np.float32)})
+    np.testing.assert_array_equal(_weights(coordinator), after_two)
+    with pytest.raises(NotFound, match="no snapshot"):
+        coordinator.restore_snapshot("missing")
+
+
+def test_the_layout_version_changes_with_groups_and_members() -> None:
+    coordinator = _coordinator(num_groups=2)
+    first = coordinator.register()[0]
+    layout = coordinator.push(first, 1, 0, 1, {"w": np.ones(3, np.float32)}).layout_version
+    second = coordinator.register()[0]
+    assert coordinator.push(first, 2, 1, 1, {"w": np.ones(3, np.float32)}).layout_version > layout
+    layout = coordinator.push(second, 1, 2, 1, {"w": np.ones(3, np.float32)}).layout_version
+    coordinator.set_groups(1, {})
+    threads = [_push_async(coordinator, w, 3, 1.0) for w in (first, second)]
+    for t in threads:
+        t["thread"].join(5)
+    assert threads[0]["result"].layout_version > layout

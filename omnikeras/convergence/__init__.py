@@ -1,0 +1,17 @@
+"""The convergence-time model: time per update x updates to reach the target loss."""
+
+from omnikeras.convergence.hardware import HardwareModel
+from omnikeras.convergence.momentum import explicit_momentum_candidates, implicit_momentum, measured_momentum
+from omnikeras.convergence.statistical import updates_to_target
+from omnikeras.convergence.time_to_target import ConvergenceTimeModel, Estimate, TrialMeasurement
+
+__all__ = [
+    "ConvergenceTimeModel",
+    "Estimate",
+    "HardwareModel",
+    "TrialMeasurement",
+    "explicit_momentum_candidates",
+    "implicit_momentum",
+    "measured_momentum",
+    "updates_to_target",
+]

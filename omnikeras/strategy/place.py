@@ -1,0 +1,61 @@
+"""Where a worker stands among the groups, and how much of each batch it takes."""
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from omnikeras.v1 import parameter_server_pb2 as pb
+
+
+@dataclass(frozen=True)
+class GroupPlace:
+    """A worker's place: its group reads every `num_groups`-th batch, starting at `group`,
+    and member `i` takes the rows between `boundaries[i]` and `boundaries[i + 1]`
+    (fractions of the batch), in proportion to its throughput, so members finish together.
+    """
+
+    group: int
+    num_groups: int
+    members: tuple[int, ...]
+    boundaries: tuple[float, ...]
+    member_index: int
+
+    @property
+    def start(self) -> float:
+        return self.boundaries[self.member_index]
+
+    @property
+    def stop(self) -> float:
+        return self.boundaries[self.member_index + 1]
+
+    def rows_per_member(self, batch_size: int) -> np.ndarray:
+        """How many rows of a batch of `batch_size` each member takes."""
+        return np.diff(np.round(batch_size * np.array(self.boundaries)).astype(int))
+
+    def min_batch_size(self) -> int:
+        """The smallest batch of which every member gets at least one row."""
+        size = len(self.members)
+        while self.rows_per_member(size).min() < 1:
+            size += 1
+        return size
+
+    @classmethod
+    def of(
+        cls, worker_id: int, groups: Sequence[pb.GroupStats], throughput_of: Callable[[int], float]
+    ) -> "GroupPlace":
+        """The place of `worker_id` in the server's groups."""
+        mine = next((g for g in groups if worker_id in g.members), None)
+        if mine is None:
+            raise RuntimeError(f"worker {worker_id} is in no group: it was dropped or never joined")
+        members = tuple(sorted(mine.members))
+        throughputs = np.array([throughput_of(m) for m in members])
+        boundaries = np.concatenate([[0.0], np.cumsum(throughputs) / throughputs.sum()])
+        boundaries[-1] = 1.0
+        return cls(
+            group=mine.group,
+            num_groups=len(groups),
+            members=members,
+            boundaries=tuple(float(b) for b in boundaries),
+            member_index=members.index(worker_id),
+        )
