@@ -36,7 +36,7 @@ from omnikeras.launcher import launch
 
 __version__ = "0.1.0"
 
-_NEEDS_TENSORFLOW = {"GroupedAsyncStrategy": "omnikeras.strategy"}
+_NEEDS_TENSORFLOW = {"GroupedAsyncStrategy": "omnikeras.strategy", "OmnivoreCallback": "omnikeras.tuner"}
 
 
 def __getattr__(name: str) -> Any:
@@ -50,6 +50,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "GroupedAsyncStrategy",
     "Hyperparameters",
+    "OmnivoreCallback",
     "ParameterServer",
     "ParameterServerClient",
     "PullResult",

@@ -1,14 +1,22 @@
 """The convergence-time model: time per update x updates to reach the target loss."""
 
 from omnikeras.convergence.hardware import HardwareModel
+from omnikeras.convergence.measured_hardware import MeasuredHardwareModel
 from omnikeras.convergence.momentum import explicit_momentum_candidates, implicit_momentum, measured_momentum
 from omnikeras.convergence.statistical import updates_to_target
-from omnikeras.convergence.time_to_target import ConvergenceTimeModel, Estimate, TrialMeasurement
+from omnikeras.convergence.time_to_target import (
+    ConvergenceTimeModel,
+    Estimate,
+    HardwareEfficiency,
+    TrialMeasurement,
+)
 
 __all__ = [
     "ConvergenceTimeModel",
     "Estimate",
+    "HardwareEfficiency",
     "HardwareModel",
+    "MeasuredHardwareModel",
     "TrialMeasurement",
     "explicit_momentum_candidates",
     "implicit_momentum",

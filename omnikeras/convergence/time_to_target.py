@@ -3,9 +3,19 @@
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
-from omnikeras.convergence.hardware import HardwareModel
 from omnikeras.convergence.statistical import updates_to_target
+
+
+class HardwareEfficiency(Protocol):
+    """Predicts seconds per update for a number of groups, and learns from measurements."""
+
+    def seconds_per_update(self, num_groups: int) -> float: ...
+
+    def observe(self, num_groups: int, measured_seconds_per_update: float) -> float: ...
+
+    def saturation_groups(self, min_gain: float = 0.10) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -49,28 +59,30 @@ class ConvergenceTimeModel:
 
     Args:
         target_loss: The training loss to reach.
-        hardware: Predicts seconds per update from device profiles; each trial's
-            measurement corrects it. None measures only.
+        hardware: Predicts seconds per update (`HardwareModel` from device profiles, or
+            `MeasuredHardwareModel`); each trial's measurement corrects it.
 
     Example:
 
-    >>> model = ConvergenceTimeModel(target_loss=0.5)
+    >>> from omnikeras.convergence import MeasuredHardwareModel
+    >>> model = ConvergenceTimeModel(0.5, MeasuredHardwareModel(num_workers=4))
     >>> trial = TrialMeasurement(1, updates=[0, 10, 20], losses=[2.0, 1.0, 0.5], seconds=4.0)
     >>> round(model.estimate(trial).time_to_target, 6)
     0.0
     """
 
-    def __init__(self, target_loss: float, hardware: HardwareModel | None = None) -> None:
+    def __init__(self, target_loss: float, hardware: HardwareEfficiency) -> None:
+        if target_loss <= 0:
+            raise ValueError(f"target_loss must be positive, got {target_loss}")
         self.target_loss = target_loss
         self.hardware = hardware
 
     def estimate(self, trial: TrialMeasurement) -> Estimate:
         measured = trial.seconds_per_update
-        if self.hardware is not None and math.isfinite(measured):
-            predicted = self.hardware.seconds_per_update(trial.num_groups)
-            self.hardware.observe(trial.num_groups, measured)
-        else:
-            predicted = measured
+        predicted = measured
+        if math.isfinite(measured):
+            # What the hardware model predicted before it learnt from this measurement.
+            predicted = measured * (1 + self.hardware.observe(trial.num_groups, measured))
         return Estimate(
             predicted_seconds_per_update=predicted,
             measured_seconds_per_update=measured,
