@@ -1,6 +1,6 @@
 """Round trip and update rate of the parameter server over loopback.
 
-Two figures, printed as the last line of stdout, one JSON object:
+Three figures, printed as the last line of stdout, one JSON object:
 
 * `roundtrip_vs_echo_1M`, `roundtrip_vs_echo_25M`: the time of one worker's `push_pull`
   of 1M (25M) float32 parameters, over the time of a bare gRPC echo of the same bytes, in
@@ -16,7 +16,8 @@ Two figures, printed as the last line of stdout, one JSON object:
 * `pushes_per_s_8x100K`: pushes per second, in total, of 8 worker processes that
   `push_pull` 100K float32 parameters in a loop against a server with 8 groups (fully
   asynchronous: each worker's push is an update of its own); the median over one-second
-  windows, for the same reason.
+  windows, for the same reason. Processes rather than threads, as real workers are: in
+  one process, the workers' encoding and decoding would take turns on one GIL.
 
 Progress goes to stderr. `--quick` runs a few repetitions only, for a correctness check.
 
@@ -40,8 +41,7 @@ from dataclasses import dataclass
 import grpc
 import numpy as np
 
-from omnikeras.parameter_server import Hyperparameters, ParameterServerClient
-from omnikeras.parameter_server import tensors
+from omnikeras.parameter_server import Hyperparameters, ParameterServerClient, tensors
 
 _ECHO_METHOD = "/omnikeras.bench.Echo/Echo"
 _ECHO_READY = "echo listening on "
