@@ -21,6 +21,14 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
         type=_floats,
         help="examples/s of each worker, comma-separated: sizes each one's share of its group's batch",
     )
+    parser.add_argument(
+        "--profile",
+        help="JSON profile of this host (from `omnikeras profile`): sizes the batch shares, sets the thread settings",
+    )
+    parser.add_argument(
+        "--no-merge", dest="merge", action="store_false",
+        help="on a CPU host, start one process per worker instead of one per group with the group's merged batch",
+    )
     parser.add_argument("--group-timeout", type=float, default=60.0, help="seconds a group waits for a missing member (default: %(default)s)")
     parser.add_argument("--token", help="shared secret between servers and workers")
     parser.add_argument("--log-dir", help="where the logs go (default: runs/launch-<time>)")
@@ -43,8 +51,10 @@ def run(args: argparse.Namespace) -> int:
             token=args.token,
             log_dir=args.log_dir,
             seed=args.seed,
+            profile=args.profile,
+            merge=args.merge,
         )
-    except (ValueError, FileNotFoundError, LaunchError) as error:
+    except (ValueError, OSError, LaunchError, RuntimeError) as error:
         print(f"omnikeras launch: {error}", file=sys.stderr)
         return 2
 

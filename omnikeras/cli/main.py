@@ -3,7 +3,7 @@
 import argparse
 import sys
 
-from omnikeras.cli import launch, ps
+from omnikeras.cli import launch, profile, ps
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -11,5 +11,6 @@ def main(argv: list[str] | None = None) -> None:
     subparsers = parser.add_subparsers(required=True, metavar="COMMAND")
     ps.add_parser(subparsers)
     launch.add_parser(subparsers)
+    profile.add_parser(subparsers)
     args = parser.parse_args(argv)
     sys.exit(args.run(args))

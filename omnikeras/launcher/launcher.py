@@ -9,8 +9,12 @@ import time
 from collections.abc import Sequence
 from types import FrameType
 
-from omnikeras.launcher.processes import Child, ServerStartError, start_parameter_server
 from omnikeras.config import ENV_VAR, WorkerConfig
+from omnikeras.launcher.processes import Child, ServerStartError, start_parameter_server
+from omnikeras.launcher.worker_plan import WorkerPlan, plan_workers
+from omnikeras.profiles.hardware import cpu_count, visible_gpu_count
+from omnikeras.profiles.profile import ClusterProfile
+from omnikeras.profiles.thread_cache import cached_thread_settings
 
 _POLL_SECONDS = 0.2
 
@@ -30,11 +34,17 @@ def launch(
     token: str | None = None,
     log_dir: str | os.PathLike[str] | None = None,
     seed: int = 0,
+    profile: ClusterProfile | str | os.PathLike[str] | None = None,
+    merge: bool = True,
 ) -> int:
     """Runs `script` on a local cluster and returns its exit status.
 
     Starts `ps_shards` parameter servers and `workers` processes of `script`, each told its
-    place through `OMNIKERAS_CONFIG`. The chief's (worker 0's) output streams to this
+    place through `OMNIKERAS_CONFIG`. On a host with no visible GPU it starts one process
+    per group instead (the batch-merging CPU path, see `plan_workers`), and says so on
+    stderr; `merge=False` turns this off. Each process gets measured CPU thread settings:
+    the profile's, else ones measured once per machine and cached (unless
+    `TF_NUM_INTRAOP_THREADS` and `TF_NUM_INTEROP_THREADS` are set, which win). The chief's (worker 0's) output streams to this
     process; the others' and the servers' go to log files. If a server or the chief fails,
     everything stops with a message naming the process and its log. If another worker
     fails, its group carries on without it and the failure is reported at the end. No
@@ -47,11 +57,15 @@ def launch(
         groups: Number of compute groups. Defaults to 1 (synchronous).
         ps_shards: Number of parameter-server processes. Defaults to 1.
         throughputs: Examples/s of each worker, which sizes its share of its group's
-            batch; None (the default) gives equal shares.
+            batch; None (the default) takes them from `profile`, or gives equal shares.
         group_timeout: Seconds a group waits for a missing member. Defaults to 60.
         token: Shared secret between servers and workers; None (the default) uses none.
         log_dir: Directory for the logs; defaults to `runs/launch-<time>`.
         seed: Seed of the data shuffle shared by the workers. Defaults to 0.
+        profile: A `ClusterProfile` of this host, or the path of its JSON (written by
+            `omnikeras profile`): sizes the batch shares and sets the thread settings.
+        merge: Merge the co-located workers of each group into one process on a CPU
+            host. Defaults to True; it has no effect where a GPU is visible.
 
     Returns:
         0 if every worker finished, the chief's status if it failed, 1 if another
@@ -68,22 +82,29 @@ def launch(
         raise ValueError(f"{groups} groups need at least as many workers, got {workers}")
     if not pathlib.Path(script).is_file():
         raise FileNotFoundError(f"no training script at {script}")
+    if throughputs is not None and len(throughputs) != workers:
+        raise ValueError(f"{len(throughputs)} throughputs for {workers} workers")
+    if profile is not None and not isinstance(profile, ClusterProfile):
+        profile = ClusterProfile.load(profile)
+    plan = _plan(workers, groups, throughputs, profile, merge)
+    if plan.message:
+        _say(plan.message)
     log_dir = pathlib.Path(log_dir or f"runs/launch-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     log_dir.mkdir(parents=True, exist_ok=True)
     cluster = _Cluster(log_dir, token)
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         addresses = cluster.start_servers(ps_shards, groups, group_timeout)
-        for index in range(workers):
+        for index in range(plan.num_workers):
             config = WorkerConfig(
                 parameter_servers=tuple(addresses),
                 worker_index=index,
-                num_workers=workers,
-                throughputs=tuple(throughputs) if throughputs else None,
+                num_workers=plan.num_workers,
+                throughputs=plan.throughputs,
                 token=token,
                 seed=seed,
             )
-            cluster.start_worker(config, script, script_args)
+            cluster.start_worker(config, script, script_args, plan.environments[index])
         return cluster.watch()
     except KeyboardInterrupt:
         _say("interrupted: stopping the cluster")
@@ -91,6 +112,22 @@ def launch(
     finally:
         cluster.stop_all()
         signal.signal(signal.SIGTERM, previous)
+
+
+def _plan(
+    workers: int,
+    groups: int,
+    throughputs: Sequence[float] | None,
+    profile: ClusterProfile | None,
+    merge: bool,
+) -> WorkerPlan:
+    gpus = visible_gpu_count()
+    threads = None
+    exported = "TF_NUM_INTRAOP_THREADS" in os.environ and "TF_NUM_INTEROP_THREADS" in os.environ
+    # Settings the user exported go to every process as they are: nothing to measure.
+    if merge and gpus == 0 and not exported and (profile is None or profile.cpu is None):
+        threads = cached_thread_settings(_say)
+    return plan_workers(workers, groups, gpus, cpu_count(), throughputs, profile, merge, threads)
 
 
 class _Cluster:
@@ -120,14 +157,18 @@ class _Cluster:
         _say(f"parameter servers at {', '.join(addresses)}; logs in {self.log_dir}")
         return addresses
 
-    def start_worker(self, config: WorkerConfig, script: str, script_args: Sequence[str]) -> None:
+    def start_worker(
+        self, config: WorkerConfig, script: str, script_args: Sequence[str], settings: dict[str, str]
+    ) -> None:
         env = dict(os.environ)
         env[ENV_VAR] = config.to_json()
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        # Co-located workers share the cores: give each its part rather than all of them.
-        threads = max(1, (os.cpu_count() or 1) // config.num_workers)
-        env.setdefault("TF_NUM_INTRAOP_THREADS", str(threads))
-        env.setdefault("TF_NUM_INTEROP_THREADS", "1")
+        for name, value in settings.items():
+            # Thread settings the user exported win over the plan's.
+            if name.startswith("TF_NUM_"):
+                env.setdefault(name, value)
+            else:
+                env[name] = value
         log = None if config.is_chief else open(self.log_dir / f"worker-{config.worker_index}.log", "w")
         name = "the chief (worker 0)" if config.is_chief else f"worker {config.worker_index}"
         self.workers.append(Child(name, [sys.executable, script, *script_args], env, log))

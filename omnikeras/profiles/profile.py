@@ -48,6 +48,11 @@ class DeviceProfile:
         the nearest measured value (throughput flattens out past the largest batch)."""
         return float(np.interp(batch_size, self.batch_sizes, self.examples_per_second))
 
+    @property
+    def peak_throughput(self) -> float:
+        """The highest examples/s measured, at whichever batch size."""
+        return max(self.examples_per_second)
+
     def step_seconds(self, batch_size: float) -> float:
         """Seconds to compute the gradient of one batch of `batch_size` examples."""
         return batch_size / self.throughput(batch_size)
@@ -71,6 +76,11 @@ class ClusterProfile:
     devices: tuple[DeviceProfile, ...]
     push_pull_seconds: float
     host: str = ""
+
+    @property
+    def cpu(self) -> DeviceProfile | None:
+        """The CPU's profile, or None if the CPU was not measured."""
+        return next((device for device in self.devices if device.kind == "CPU"), None)
 
     def device(self, name: str) -> DeviceProfile:
         for device in self.devices:

@@ -15,8 +15,9 @@ pytestmark = pytest.mark.slow
 
 
 def _launch(tmp_path: pathlib.Path, *options: str, script_args: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    # --no-merge: these tests are about the members of a group, each in its own process.
     return subprocess.run(
-        [sys.executable, "-m", "omnikeras", "launch", "--log-dir", str(tmp_path / "logs"), *options,
+        [sys.executable, "-m", "omnikeras", "launch", "--log-dir", str(tmp_path / "logs"), "--no-merge", *options,
          str(SCRIPT), *script_args],
         capture_output=True, text=True, timeout=600,
     )
@@ -94,8 +95,8 @@ def test_a_killed_worker_is_reported_and_the_others_finish(tmp_path) -> None:
 
 def test_interrupting_the_launcher_leaves_no_process_behind(tmp_path) -> None:
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "omnikeras", "launch", "--log-dir", str(tmp_path / "logs"), "--workers", "2",
-         str(SCRIPT), "--examples", "1438", "--batch-size", "8", "--epochs", "50"],
+        [sys.executable, "-m", "omnikeras", "launch", "--log-dir", str(tmp_path / "logs"), "--no-merge",
+         "--workers", "2", str(SCRIPT), "--examples", "1438", "--batch-size", "8", "--epochs", "50"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     deadline = time.monotonic() + 120
