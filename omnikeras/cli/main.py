@@ -3,7 +3,7 @@
 import argparse
 import sys
 
-from omnikeras.cli import launch, profile, ps
+from omnikeras.cli import launch, profile, ps, report
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -12,5 +12,6 @@ def main(argv: list[str] | None = None) -> None:
     ps.add_parser(subparsers)
     launch.add_parser(subparsers)
     profile.add_parser(subparsers)
+    report.add_parser(subparsers)
     args = parser.parse_args(argv)
     sys.exit(args.run(args))
