@@ -19,3 +19,7 @@ class NotFound(ParameterServerError):
 
 class FailedPrecondition(ParameterServerError):
     code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class Aborted(ParameterServerError):
+    code = grpc.StatusCode.ABORTED

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from omnikeras.parameter_server.errors import FailedPrecondition, InvalidArgument, NotFound
+from omnikeras.parameter_server.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
 from omnikeras.parameter_server.model_state import ModelState
 from omnikeras.parameter_server.server_state import ServerState
 from omnikeras.parameter_server.update_rule import Hyperparameters
@@ -104,6 +104,8 @@ class GroupCoordinator:
         self._workers_dropped = 0
         self._stop_requested = False
         self._layout_version = 0
+        # Gradients computed before this version belong to weights a restore replaced.
+        self._restored_at = 0
         self._snapshots: dict[str, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = {}
 
     # Membership ---------------------------------------------------------------------------
@@ -241,6 +243,11 @@ class GroupCoordinator:
                     f"gradient computed at version {computed_at}; the server is at {self.model.version}"
                 )
             self._pushes_received += 1
+            if computed_at < self._restored_at:
+                raise Aborted(
+                    f"gradient computed at version {computed_at}, before the weights were "
+                    f"restored at version {self._restored_at}: pull and compute again"
+                )
             if step <= worker.last_step:
                 return self._with_stop(self._duplicate(worker_id, worker, step, caller_gone))
             group = worker.group
@@ -357,6 +364,7 @@ class GroupCoordinator:
                 self.model.version + 1,
                 {n: v.copy() for n, v in velocities.items()},
             )
+            self._restored_at = self.model.version
             return self.model.version
 
     # Stats and checkpoints ----------------------------------------------------------------

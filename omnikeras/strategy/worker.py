@@ -74,6 +74,9 @@ class ClusterWorker:
                 dict(zip(self.names, gradients)), step=self.step, example_count=self.example_count
             )
         except grpc.RpcError as error:
+            if error.code() == grpc.StatusCode.ABORTED:
+                # The weights were restored under this gradient (a tuning trial began).
+                return self._pull_current()
             if error.code() != grpc.StatusCode.INVALID_ARGUMENT or "NaN or Inf" not in (error.details() or ""):
                 raise
             return self._skip_step()
@@ -96,6 +99,9 @@ class ClusterWorker:
                 f"the gradients were NaN or Inf for {self.rejected_steps} steps in a row: "
                 "training diverged; lower the learning rate"
             )
+        return self._pull_current()
+
+    def _pull_current(self) -> list[np.ndarray]:
         weights = self.client.pull().weights
         return [weights[name] for name in self.names]
 

@@ -190,20 +190,36 @@ class OmnivoreCallback(keras.callbacks.Callback):
         self._phase_started = time.monotonic()
         self._best_time = math.inf
         self._trial: _RunningTrial | None = None
-        self._begin(next(self._phase))
+        self._advance(None)
+
+    def _advance(self, outcome: Outcome | None) -> None:
+        """Starts the search's next trial, or ends the phase with its choice."""
+        try:
+            config = next(self._phase) if outcome is None else self._phase.send(outcome)
+        except StopIteration as done:
+            self._finish_phase(done.value)
+            return
+        except RuntimeError as nothing_usable:
+            # Training goes on, carefully, rather than ending on a bad search.
+            fallback = Config(1, min(c.learning_rate for c in self._search.results) / 10, 0.0)
+            logger.warning("omnivore: %s; going on with %s", nothing_usable, fallback)
+            self._finish_phase(fallback)
+            return
+        self._begin(config)
 
     def _begin(self, config: Config) -> None:
         """Starts a trial of `config`, or takes the outcome an earlier run recorded."""
-        while (finished := studies.finished_outcome(self._study, self._phase_index, config)) is not None:
-            number, outcome = finished
-            logger.info("omnivore: trial %d of an earlier run already measured %s", number, config)
-            try:
-                config = self._phase.send(outcome)
-            except StopIteration as done:
-                self._finish_phase(done.value)
-                return
+        finished = studies.finished_trial(self._study, self._phase_index, config)
+        if finished is not None:
+            print(f"omnivore: trial {finished.number} of an earlier run already measured {config}", flush=True)
+            measured = finished.user_attrs.get("measured_seconds_per_update", math.inf)
+            if math.isfinite(measured):
+                self._hardware.observe(config.num_groups, measured)
+            self._advance(studies.outcome_of(finished))
+            return
         self._client.restore_snapshot(_PHASE_SNAPSHOT)
         self._apply(config)
+        self._restart_loss_mean()
         self._study.enqueue_trial(studies.params_of(config), user_attrs={"phase": self._phase_index})
         trial = self._study.ask(studies.DISTRIBUTIONS)
         self._trial = _RunningTrial(config, trial, time.monotonic(), self._staleness())
@@ -213,9 +229,10 @@ class OmnivoreCallback(keras.callbacks.Callback):
         assert running is not None
         running.points.append(point)
         steps = len(running.points)
+        window = min(_REPORT_EVERY, steps // 2)
         diverged = not math.isfinite(point.loss) or self._worker.rejected_steps > 0 or (
-            steps >= 2 * _REPORT_EVERY
-            and _mean_loss(running.points[-_REPORT_EVERY:]) > _DIVERGENCE_FACTOR * _mean_loss(running.points[:_REPORT_EVERY])
+            window > 0
+            and _mean_loss(running.points[-window:]) > _DIVERGENCE_FACTOR * _mean_loss(running.points[:window])
         )
         if steps % _REPORT_EVERY == 0 and not diverged:
             running.trial.report(point.loss, steps)
@@ -260,10 +277,7 @@ class OmnivoreCallback(keras.callbacks.Callback):
             self._best_time = time_to_target
             self._best_config = running.config
             self._client.save_snapshot(_BEST_SNAPSHOT)
-        try:
-            self._begin(self._phase.send(Outcome(time_to_target, diverged)))
-        except StopIteration as done:
-            self._finish_phase(done.value)
+        self._advance(Outcome(time_to_target, diverged))
 
     def _finish_phase(self, chosen: Config) -> None:
         tuning_seconds = time.monotonic() - self._phase_started
@@ -272,10 +286,14 @@ class OmnivoreCallback(keras.callbacks.Callback):
         else:
             self._client.restore_snapshot(_PHASE_SNAPSHOT)
         self._apply(chosen)
+        self._restart_loss_mean()
         self._current = chosen
         training_seconds = tuning_seconds * (1 - self.tuning_overhead) / self.tuning_overhead
         self._phase_ends_at = time.monotonic() - self._train_started + training_seconds
-        predicted = self._hardware.seconds_per_update(chosen.num_groups)
+        try:
+            predicted = self._hardware.seconds_per_update(chosen.num_groups)
+        except ValueError:  # nothing measured: every trial diverged
+            predicted = math.nan
         self._decision = {
             "omnivore_groups": chosen.num_groups,
             "omnivore_momentum": chosen.momentum,
@@ -314,9 +332,15 @@ class OmnivoreCallback(keras.callbacks.Callback):
             total.update(dict(group.staleness_histogram))
         return total
 
+    def _restart_loss_mean(self) -> None:
+        # A diverged trial's NaN would poison Keras' epoch mean for the rest of the epoch.
+        self.model.reset_metrics()
+        self._loss_sum, self._rows_seen = 0.0, 0
+
     def _batch_loss(self, batch: int, running_mean: float) -> float:
-        """This batch's own loss. Keras logs the mean over the epoch so far, weighted by
-        the rows of each batch; this worker's rows change when the groups do."""
+        """This batch's own loss. Keras logs the mean since the epoch began (or since the
+        metrics were last reset), weighted by the rows of each batch; this worker's rows
+        change when the groups do."""
         if batch == 0 or batch <= self._batch_in_epoch:
             self._loss_sum, self._rows_seen = 0.0, 0
         rows = self._worker.example_count

@@ -46,8 +46,8 @@ def params_of(config: Config) -> dict[str, float]:
     return {"num_groups": config.num_groups, "learning_rate": config.learning_rate, "momentum": config.momentum}
 
 
-def finished_outcome(study: optuna.Study, phase: int, config: Config) -> tuple[int, Outcome] | None:
-    """The outcome of a trial of `config` in `phase` that an earlier run finished, if any."""
+def finished_trial(study: optuna.Study, phase: int, config: Config) -> optuna.trial.FrozenTrial | None:
+    """A trial of `config` in `phase` that an earlier run finished, if any."""
     for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)):
         if trial.user_attrs.get("phase") != phase or trial.user_attrs.get("interrupted"):
             continue
@@ -57,8 +57,12 @@ def finished_outcome(study: optuna.Study, phase: int, config: Config) -> tuple[i
             and math.isclose(params.get("learning_rate", -1), config.learning_rate, rel_tol=1e-9)
             and math.isclose(params.get("momentum", -2), config.momentum, abs_tol=1e-9)
         ):
-            return trial.number, Outcome(
-                time_to_target=trial.user_attrs.get("time_to_target", math.inf),
-                diverged=trial.user_attrs.get("diverged", False),
-            )
+            return trial
     return None
+
+
+def outcome_of(trial: optuna.trial.FrozenTrial) -> Outcome:
+    return Outcome(
+        time_to_target=trial.user_attrs.get("time_to_target", math.inf),
+        diverged=trial.user_attrs.get("diverged", False),
+    )
