@@ -1,11 +1,15 @@
-"""A CNN on Fashion-MNIST, trained on a local cluster through the parameter server.
+"""A CNN on Fashion-MNIST, trained on a local cluster through the parameter server, with
+OmnivoreCallback choosing the number of groups, the momentum and the learning rate.
 
 Run it with the launcher, which starts the parameter server and the workers:
 
-    omnikeras launch --workers 4 --groups 2 examples/fashion_mnist.py --epochs 2
+    omnikeras launch --workers 4 --groups 4 examples/fashion_mnist.py --epochs 2
 
-Every worker runs this same script; the chief (worker 0) shows the progress bar, runs
-validation and prints the test accuracy.
+Four worker processes (`--groups 4` keeps them apart) let the tuner choose 1, 2 or 4
+groups. Every worker runs this same script; the chief (worker 0) shows the progress bar, runs
+validation, prints each tuning phase's choice and the test accuracy. The study is left in
+runs/omnivore.db: `omnikeras report sqlite:///runs/omnivore.db --out runs/report` draws it.
+With `--fixed`, the settings given on the command line are kept instead.
 """
 
 import argparse
@@ -32,9 +36,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=64, help="examples per update (default: %(default)s)")
-    parser.add_argument("--learning-rate", type=float, default=0.05)
-    parser.add_argument("--momentum", type=float, default=0.6)
+    parser.add_argument("--learning-rate", type=float, default=0.01, help="until the tuner's first choice")
+    parser.add_argument("--momentum", type=float, default=0.9, help="until the tuner's first choice")
     parser.add_argument("--examples", type=int, help="train on the first N images only")
+    parser.add_argument("--target-loss", type=float, default=0.3, help="the training loss the tuner aims for")
+    parser.add_argument("--fixed", action="store_true", help="keep the groups, momentum and learning rate given")
     args = parser.parse_args()
 
     (x_train, y_train), (x_test, y_test) = omnikeras.datasets.fashion_mnist()
@@ -49,9 +55,10 @@ def main() -> None:
             loss="sparse_categorical_crossentropy",
             metrics=["accuracy"],
         )
+    callbacks = [] if args.fixed else [omnikeras.OmnivoreCallback(target_loss=args.target_loss)]
     model.fit(
         x_train, y_train, batch_size=args.batch_size, epochs=args.epochs,
-        validation_data=(x_test, y_test), verbose=2,
+        validation_data=(x_test, y_test), callbacks=callbacks, verbose=2,
     )
     if strategy.config.is_chief:
         _, accuracy = model.evaluate(x_test, y_test, verbose=0)

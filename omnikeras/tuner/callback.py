@@ -64,8 +64,10 @@ class OmnivoreCallback(keras.callbacks.Callback):
     best configuration then trains for a phase about `(1 - tuning_overhead) /
     tuning_overhead` times as long as the tuning took, and the search starts again from
     there with the current learning rate and its tenth. The first phase starts where the
-    prototype does: synchronous, momentum 0.9, learning rates 0.1 to 0.0001. On the other
-    workers the callback does nothing.
+    prototype does: synchronous, momentum 0.9, learning rates 0.1 to 0.0001. The numbers
+    of groups it considers divide the number of worker processes, so launch as many as
+    groups it may choose (`omnikeras launch --groups 4`). On the other workers the
+    callback does nothing.
 
     Its decisions reach `logs` as `omnivore_groups`, `omnivore_momentum`,
     `omnivore_learning_rate`, `omnivore_staleness` (mean, last phase),

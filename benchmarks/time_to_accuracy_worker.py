@@ -1,0 +1,87 @@
+"""The training script that `time_to_accuracy.py` launches on every worker.
+
+The chief checks the test accuracy every few seconds and stops training (for every
+worker) once it reaches the target, printing `REACHED <seconds since fit began>`, or
+`NOT REACHED <seconds>` when the time runs out.
+"""
+
+import argparse
+import time
+
+import keras
+
+import omnikeras
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--dataset", choices=["fashion_mnist", "digits"], required=True)
+parser.add_argument("--target-accuracy", type=float, required=True)
+parser.add_argument("--max-seconds", type=float, required=True)
+parser.add_argument("--batch-size", type=int, default=64)
+parser.add_argument("--learning-rate", type=float, default=0.01)
+parser.add_argument("--momentum", type=float, default=0.9)
+parser.add_argument("--omnivore-target-loss", type=float, help="tune with OmnivoreCallback towards this loss")
+parser.add_argument("--budget", type=int, default=20)
+parser.add_argument("--storage")
+parser.add_argument("--check-every", type=float, default=2.0, help="seconds between accuracy checks")
+parser.add_argument("--check-examples", type=int, default=2000, help="test examples each check evaluates")
+args = parser.parse_args()
+
+
+class StopAtAccuracy(keras.callbacks.Callback):
+    def __init__(self, x, y) -> None:
+        super().__init__()
+        self.x, self.y = x, y
+
+    def on_train_begin(self, logs=None) -> None:
+        self.started = self.last_check = time.monotonic()
+
+    def on_train_batch_end(self, batch, logs=None) -> None:
+        now = time.monotonic()
+        if now - self.last_check < args.check_every:
+            return
+        self.last_check = now
+        accuracy = self.model.evaluate(self.x, self.y, verbose=0, batch_size=1024)[1]
+        elapsed = now - self.started
+        if accuracy >= args.target_accuracy:
+            print(f"REACHED {elapsed:.2f} accuracy {accuracy:.4f}", flush=True)
+            self.model.stop_training = True
+        elif elapsed > args.max_seconds:
+            print(f"NOT REACHED {elapsed:.2f} accuracy {accuracy:.4f}", flush=True)
+            self.model.stop_training = True
+
+
+keras.utils.set_random_seed(0)
+(x_train, y_train), (x_test, y_test) = getattr(omnikeras.datasets, args.dataset)()
+strategy = omnikeras.GroupedAsyncStrategy()
+with strategy.scope():
+    if args.dataset == "digits":
+        model = keras.Sequential([
+            keras.Input((8, 8, 1)),
+            keras.layers.Conv2D(16, 3, activation="relu"),
+            keras.layers.Flatten(),
+            keras.layers.Dense(64, activation="relu"),
+            keras.layers.Dense(10, activation="softmax"),
+        ])
+    else:
+        model = keras.Sequential([
+            keras.Input((28, 28, 1)),
+            keras.layers.Conv2D(32, 3, activation="relu"),
+            keras.layers.MaxPooling2D(),
+            keras.layers.Conv2D(64, 3, activation="relu"),
+            keras.layers.MaxPooling2D(),
+            keras.layers.Flatten(),
+            keras.layers.Dense(128, activation="relu"),
+            keras.layers.Dense(10, activation="softmax"),
+        ])
+    model.compile(
+        optimizer=keras.optimizers.SGD(args.learning_rate, momentum=args.momentum),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+    )
+callbacks: list[keras.callbacks.Callback] = []
+if args.omnivore_target_loss:
+    callbacks.append(omnikeras.OmnivoreCallback(args.omnivore_target_loss, storage=args.storage, budget=args.budget))
+if strategy.config.is_chief:
+    # A fixed part of the test set keeps each check short: the chief's group waits for it.
+    callbacks.append(StopAtAccuracy(x_test[: args.check_examples], y_test[: args.check_examples]))
+model.fit(x_train, y_train, batch_size=args.batch_size, epochs=1000, callbacks=callbacks, verbose=0)
