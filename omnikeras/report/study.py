@@ -1,9 +1,8 @@
 """Opens the study an `OmnivoreCallback` left behind, for reading only."""
 
-import os
-import pathlib
-
 import optuna
+
+from omnikeras.tuner.study import storage_for
 
 DEFAULT_STUDY_NAME = "omnivore"
 
@@ -32,7 +31,10 @@ def load_study(storage: str, study_name: str | None = None) -> optuna.Study:
     print(len(study.trials))
     ```
     """
-    opened = _open_storage(storage)
+    try:
+        opened = storage_for(storage, create=False)
+    except FileNotFoundError as error:
+        raise ReportError(f"{error} (from {storage})") from None
     try:
         names = optuna.study.get_all_study_names(opened)
     except Exception as error:  # SQLAlchemy, JSON and OS errors alike mean an unreadable storage.
@@ -43,17 +45,3 @@ def load_study(storage: str, study_name: str | None = None) -> optuna.Study:
         held = ", ".join(sorted(names)) if names else "none"
         raise ReportError(f"no study named {study_name!r} in {storage} (studies there: {held}); choose one with --study")
     return optuna.load_study(study_name=study_name, storage=opened)
-
-
-def _open_storage(storage: str) -> str | optuna.storages.BaseStorage:
-    # The same rule as omnikeras.tuner.study.storage_for, which is not imported because
-    # its package loads TensorFlow, and which creates the files it is given.
-    if "://" not in storage:
-        if not pathlib.Path(storage).is_file():
-            raise ReportError(f"no journal file at {storage}")
-        return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(os.fspath(storage)))
-    if storage.startswith("sqlite:///"):
-        path = storage.removeprefix("sqlite:///").split("?")[0]
-        if not pathlib.Path(path).is_file():
-            raise ReportError(f"no SQLite file at {path} (from {storage})")
-    return storage

@@ -17,17 +17,29 @@ DISTRIBUTIONS: dict[str, optuna.distributions.BaseDistribution] = {
 }
 
 
-def storage_for(storage: str | optuna.storages.BaseStorage | None) -> str | optuna.storages.BaseStorage:
+def storage_for(
+    storage: str | optuna.storages.BaseStorage | None, create: bool = True
+) -> str | optuna.storages.BaseStorage:
     """An Optuna storage: an SQLite file in `runs/` by default, any RDB URL as given, or
-    a journal file for a path with no URL scheme."""
+    a journal file for a path with no URL scheme. With `create=False`, a missing SQLite
+    or journal file raises FileNotFoundError instead of being created."""
     if storage is None:
-        pathlib.Path(DEFAULT_STORAGE_DIR).mkdir(parents=True, exist_ok=True)
-        return f"sqlite:///{DEFAULT_STORAGE_DIR}/omnivore.db"
-    if isinstance(storage, str) and "://" not in storage:
-        path = pathlib.Path(storage)
+        storage = f"sqlite:///{DEFAULT_STORAGE_DIR}/omnivore.db"
+    if not isinstance(storage, str):
+        return storage
+    journal = "://" not in storage
+    path = pathlib.Path(storage) if journal else _sqlite_file(storage)
+    if path is not None:
+        if not create and not path.is_file():
+            raise FileNotFoundError(f"no {'journal' if journal else 'SQLite'} file at {path}")
         path.parent.mkdir(parents=True, exist_ok=True)
+    if journal:
         return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(os.fspath(path)))
     return storage
+
+
+def _sqlite_file(url: str) -> pathlib.Path | None:
+    return pathlib.Path(url.removeprefix("sqlite:///").split("?")[0]) if url.startswith("sqlite:///") else None
 
 
 def open_study(storage: str | optuna.storages.BaseStorage | None, study_name: str, warmup_steps: int) -> optuna.Study:
