@@ -12,7 +12,8 @@ Three figures, printed as the last line of stdout, one JSON object:
   their own. Their repetitions alternate, each `push_pull` paired with the echo next to
   it, and the figure is the median of the pairs' ratios: on a shared machine, load that
   comes and goes weighs on both halves of a pair alike, and the median drops the pairs it
-  split.
+  split. Progress also shows the CPU time of both (client and server process together),
+  which load on the machine hardly changes.
 * `pushes_per_s_8x100K`: pushes per second, in total, of 8 worker processes that
   `push_pull` 100K float32 parameters in a loop against a server with 8 groups (fully
   asynchronous: each worker's push is an update of its own); the median over one-second
@@ -36,7 +37,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 import numpy as np
@@ -61,7 +62,7 @@ class Settings:
 
 FULL = Settings(
     roundtrip_sizes=(1_000_000, 25_000_000),
-    repetitions={1_000_000: 61, 25_000_000: 31},
+    repetitions={1_000_000: 61, 25_000_000: 41},
     update_workers=8,
     update_parameters=100_000,
     update_seconds=6.0,
@@ -180,13 +181,31 @@ def echo_chunks(array: np.ndarray) -> list[bytes]:
     ]
 
 
-def timed(call: Callable[[], object]) -> float:
-    started = time.perf_counter()
-    call()
-    return time.perf_counter() - started
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of a process so far (Linux)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def roundtrip_ratio(parameters: int, repetitions: int, echo: EchoClient) -> float:
+@dataclass
+class Timings:
+    """Wall-clock seconds of each call, and the CPU seconds of all of them, this process's
+    and the server's together."""
+
+    server_pid: int
+    wall: list[float] = field(default_factory=list)
+    cpu: float = 0.0
+
+    def time(self, call: Callable[[], object]) -> None:
+        cpu_before = time.process_time() + cpu_seconds(self.server_pid)
+        started = time.perf_counter()
+        call()
+        self.wall.append(time.perf_counter() - started)
+        self.cpu += time.process_time() + cpu_seconds(self.server_pid) - cpu_before
+
+
+def roundtrip_ratio(parameters: int, repetitions: int, echo: EchoClient, echo_pid: int) -> float:
     ps = start_ps(groups=1)
     try:
         with ParameterServerClient([ps.address]) as client:
@@ -208,25 +227,26 @@ def roundtrip_ratio(parameters: int, repetitions: int, echo: EchoClient) -> floa
             # Untimed: connections, caches and the allocator warm up.
             push_pull()
             echo_round_trip()
-            ps_times, echo_times = [], []
+            ours, bare = Timings(ps.popen.pid), Timings(echo_pid)
             for repetition in range(repetitions):
                 # Alternate which goes first, so a trend in the noise weighs on both.
                 if repetition % 2:
-                    ps_times.append(timed(push_pull))
-                    echo_times.append(timed(echo_round_trip))
+                    ours.time(push_pull)
+                    bare.time(echo_round_trip)
                 else:
-                    echo_times.append(timed(echo_round_trip))
-                    ps_times.append(timed(push_pull))
+                    bare.time(echo_round_trip)
+                    ours.time(push_pull)
     finally:
         ps.stop()
-    ratio = statistics.median(p / e for p, e in zip(ps_times, echo_times))
+    ratio = statistics.median(p / e for p, e in zip(ours.wall, bare.wall))
+    ours_ms, bare_ms = statistics.median(ours.wall) * 1e3, statistics.median(bare.wall) * 1e3
     log(
         f"{parameters:>11,} float32 ({grad.nbytes / 2**20:.1f} MiB, {len(chunks)} chunks), "
-        f"{repetitions} pairs: push_pull median {statistics.median(ps_times) * 1e3:.1f} ms "
-        f"(min {min(ps_times) * 1e3:.1f}), echo median {statistics.median(echo_times) * 1e3:.1f} ms "
-        f"(min {min(echo_times) * 1e3:.1f}); median ratio {ratio:.3f}, ratio of medians "
-        f"{statistics.median(ps_times) / statistics.median(echo_times):.3f}, ratio of minima "
-        f"{min(ps_times) / min(echo_times):.3f}"
+        f"{repetitions} pairs: push_pull median {ours_ms:.1f} ms (min {min(ours.wall) * 1e3:.1f}), "
+        f"echo median {bare_ms:.1f} ms (min {min(bare.wall) * 1e3:.1f}); median ratio {ratio:.3f}, "
+        f"ratio of medians {ours_ms / bare_ms:.3f}, ratio of minima "
+        f"{min(ours.wall) / min(bare.wall):.3f}; CPU per round trip {ours.cpu / repetitions * 1e3:.1f} ms "
+        f"vs {bare.cpu / repetitions * 1e3:.1f} ms, ratio {ours.cpu / bare.cpu:.3f}"
     )
     return ratio
 
@@ -322,7 +342,9 @@ def run(settings: Settings) -> dict[str, float]:
     echo = EchoClient(echo_server.address)
     try:
         for parameters in settings.roundtrip_sizes:
-            ratio = roundtrip_ratio(parameters, settings.repetitions[parameters], echo)
+            ratio = roundtrip_ratio(
+                parameters, settings.repetitions[parameters], echo, echo_server.popen.pid
+            )
             results[f"roundtrip_vs_echo_{parameters // 1_000_000}M"] = round(ratio, 3)
     finally:
         echo.close()
