@@ -16,6 +16,8 @@ BENCHMARKS = pathlib.Path(__file__).resolve().parents[2] / "benchmarks"
     [
         ("ps_roundtrip.py", {"roundtrip_vs_echo_1M", "roundtrip_vs_echo_25M", "pushes_per_s_8x100K"}),
         ("strategy_overhead.py", {"step_time_vs_plain_keras"}),
+        ("time_to_accuracy.py", {"sync_s", "async_s", "omnivore_s", "best_baseline_over_omnivore"}),
+        ("cpu_path.py", {"merged_vs_4_processes", "merged_vs_plain_keras", "flops_fraction_of_matmul"}),
     ],
 )
 def test_quick_mode_prints_its_figures_last(script: str, keys: set[str]) -> None:
