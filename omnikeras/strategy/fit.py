@@ -85,8 +85,8 @@ def fit_through_server(
         arguments["verbose"] = 0
         for key in ("validation_data", "validation_steps", "validation_batch_size", "validation_freq"):
             arguments.pop(key, None)
-    # The shard is shuffled already, alike on every worker.
-    # First, so that the others see the cluster's weights from their first hook on.
+    # The sync comes first, so that the user's callbacks see the cluster's weights; the
+    # shard is shuffled already, alike on every worker.
     return fit(model, x=shard, shuffle=False, callbacks=[sync, *callbacks], **arguments)
 
 
