@@ -17,15 +17,17 @@ line of stdout is one JSON object:
 
     .venv/bin/python benchmarks/time_to_accuracy.py           # Fashion-MNIST, CNN
     .venv/bin/python benchmarks/time_to_accuracy.py --quick   # digits, a few minutes
+
+The logs of every run and the tuner's study stay in `--log-dir`.
 """
 
 import argparse
+import datetime
 import json
 import pathlib
 import re
 import subprocess
 import sys
-import tempfile
 
 WORKER_SCRIPT = pathlib.Path(__file__).with_name("time_to_accuracy_worker.py")
 WORKERS = 4
@@ -53,20 +55,25 @@ def run(label: str, groups: int, script_args: list[str], log_dir: pathlib.Path) 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="digits, a few minutes")
+    parser.add_argument("--log-dir", type=pathlib.Path, help="default: runs/time-to-accuracy-<time>")
     args = parser.parse_args()
+    log_dir = args.log_dir or pathlib.Path(f"runs/time-to-accuracy-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     if args.quick:
         common = ["--dataset", "digits", "--target-accuracy", "0.95", "--max-seconds", "90", "--batch-size", "32"]
         target_loss = "0.15"
     else:
         common = ["--dataset", "fashion_mnist", "--target-accuracy", "0.88", "--max-seconds", "900", "--check-every", "5"]
         target_loss = "0.3"
-    with tempfile.TemporaryDirectory() as scratch:
-        log_dir = pathlib.Path(scratch)
-        sync_s, sync_ok = run("sync", 1, common, log_dir)
-        async_s, async_ok = run("async", WORKERS, common, log_dir)
-        omnivore_args = [*common, "--omnivore-target-loss", target_loss, "--storage", f"sqlite:///{scratch}/study.db"]
-        # One process per worker, so that the tuner can choose any number of groups.
-        omnivore_s, omnivore_ok = run("omnivore", WORKERS, omnivore_args, log_dir)
+    # A fresh directory: servers started on old checkpoints would resume from them.
+    log_dir.mkdir(parents=True, exist_ok=False)
+    study = log_dir / "study.db"
+    sync_s, sync_ok = run("sync", 1, common, log_dir)
+    async_s, async_ok = run("async", WORKERS, common, log_dir)
+    omnivore_args = [*common, "--omnivore-target-loss", target_loss, "--storage", f"sqlite:///{study}"]
+    # One process per worker, so that the tuner can choose any number of groups.
+    omnivore_s, omnivore_ok = run("omnivore", WORKERS, omnivore_args, log_dir)
+    print(f"logs and the tuner's study in {log_dir}: omnikeras report sqlite:///{study} --out {log_dir}/report",
+          file=sys.stderr)
     best = min(sync_s, async_s)
     ratio = best / omnivore_s
     if not omnivore_ok:

@@ -227,10 +227,14 @@ class ParameterServerClient:
         request = pb.SnapshotRequest(name=name)
         self._each(lambda i, s: s.call(lambda: s.stub.SaveSnapshot(request, timeout=self.timeout, metadata=s.metadata)))
 
-    def restore_snapshot(self, name: str) -> None:
-        """Puts a saved snapshot back on every shard, between group steps."""
+    def restore_snapshot(self, name: str) -> int:
+        """Puts a saved snapshot back on every shard, between group steps; returns the
+        newest version it became (gradients computed before it are refused)."""
         request = pb.SnapshotRequest(name=name)
-        self._each(lambda i, s: s.call(lambda: s.stub.RestoreSnapshot(request, timeout=self.timeout, metadata=s.metadata)))
+        replies = self._each(
+            lambda i, s: s.call(lambda: s.stub.RestoreSnapshot(request, timeout=self.timeout, metadata=s.metadata))
+        )
+        return max(r.model_version for r in replies)
 
     def stats(self) -> list[pb.StatsReply]:
         """Each shard's statistics: versions, staleness histograms per group, counters."""

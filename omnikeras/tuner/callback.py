@@ -48,8 +48,9 @@ class _Point:
 class _RunningTrial:
     config: Config
     trial: optuna.trial.Trial
-    started: float
     staleness_before: Counter
+    # The version the snapshot was restored as: steps up to it ran on the weights before.
+    restored_at: int
     points: list[_Point] = field(default_factory=list)
 
 
@@ -152,7 +153,16 @@ class OmnivoreCallback(keras.callbacks.Callback):
         self._current: Config | None = None
         self._phase_index = -1
         self._curve: list[list[float]] = []
-        self._decision: dict[str, float] = {}
+        # The same keys from the first epoch on: CSVLogger fixes its columns then.
+        hyperparameters = self._client.describe().hyperparameters
+        self._decision = {
+            "omnivore_groups": self._worker.place.num_groups,
+            "omnivore_momentum": hyperparameters.momentum,
+            "omnivore_learning_rate": hyperparameters.learning_rate,
+            "omnivore_staleness": math.nan,
+            "omnivore_predicted_spu": math.nan,
+            "omnivore_measured_spu": math.nan,
+        }
         self._start_phase()
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
@@ -219,16 +229,18 @@ class OmnivoreCallback(keras.callbacks.Callback):
                 self._hardware.observe(config.num_groups, measured)
             self._advance(studies.outcome_of(finished))
             return
-        self._client.restore_snapshot(_PHASE_SNAPSHOT)
+        restored_at = self._client.restore_snapshot(_PHASE_SNAPSHOT)
         self._apply(config)
         self._restart_loss_mean()
         self._study.enqueue_trial(studies.params_of(config), user_attrs={"phase": self._phase_index})
         trial = self._study.ask(studies.DISTRIBUTIONS)
-        self._trial = _RunningTrial(config, trial, time.monotonic(), self._staleness())
+        self._trial = _RunningTrial(config, trial, self._staleness(), restored_at)
 
     def _trial_step(self, point: _Point) -> None:
         running = self._trial
         assert running is not None
+        if point.update <= running.restored_at:
+            return
         running.points.append(point)
         steps = len(running.points)
         window = min(_REPORT_EVERY, steps // 2)

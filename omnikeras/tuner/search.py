@@ -1,7 +1,8 @@
 """Which configurations to try: the Omnivore prototype's search, phase by phase.
 
 Phase 0 (cold start): synchronous (g = 1) with momentum 0.9 and learning rates from 0.1
-down to 0.0001; if the best sits on the edge of that range, the range widens. Then the
+down to 0.0001; if the best sits on the edge of that range, the range widens, and the
+best's neighbours half a decade away are tried too. Then the
 most asynchronous g before hardware efficiency saturates, with momentum {0, 0.3, 0.6,
 0.9} x learning rate {best, best / 10}, the momenta limited to those that asynchrony's own
 momentum (1 - 1/g) does not already push past the ceiling; while the best momentum at g is
@@ -127,6 +128,10 @@ class OmnivoreSearch:
                 yield from self._try(Config(1, low, momentum))
             else:
                 break
+        # Decades are coarse: the best's neighbours at a factor of sqrt(10) too.
+        best = self._best_learning_rate()
+        for lr in (best * math.sqrt(10), best / math.sqrt(10)):
+            yield from self._try(Config(1, lr, momentum))
         return self._best_learning_rate()
 
     def _groups_and_momentum(self, groups: int, learning_rates: tuple[float, ...]) -> Generator[Config, Outcome, None]:

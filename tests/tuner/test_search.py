@@ -36,8 +36,10 @@ def test_finds_the_known_optimum() -> None:
     optimum = Config(num_groups=2, learning_rate=0.01, momentum=0.3)
     chosen, tried = _run(OmnivoreSearch(4), _bowl(optimum, {1: 1.0, 2: 0.55, 4: 0.54}))
     assert chosen == optimum
-    # The cold start came first, synchronous with momentum 0.9.
+    # The cold start came first, synchronous with momentum 0.9, then the best learning
+    # rate's neighbours half a decade away.
     assert tried[:4] == [Config(1, lr, 0.9) for lr in (0.1, 0.01, 0.001, 0.0001)]
+    assert [c.learning_rate for c in tried[4:6]] == pytest.approx([0.01 * 10**0.5, 0.01 / 10**0.5])
 
 
 def test_halves_the_groups_while_the_best_momentum_is_zero() -> None:
