@@ -2,12 +2,12 @@
 
 A short trial gives the training loss after each update. Its log falls roughly linearly
 in the number of updates over a short horizon, so the slope of a least-squares line
-through the log-losses of the trial's later part gives a rate, and
+through the log-losses of most of the trial gives a rate, and
 
     updates to target = ln(last loss / target loss) / rate
 
-The first part of a trial is left out: a new learning rate or momentum, or a new group
-layout, takes a few updates to show its pace.
+The first quarter of a trial is left out: a new learning rate or momentum, or a new
+group layout, takes a few updates to show its pace.
 """
 
 import math
@@ -17,7 +17,7 @@ import numpy as np
 
 
 def updates_to_target(
-    updates: Sequence[float], losses: Sequence[float], target_loss: float, skip_fraction: float = 0.5
+    updates: Sequence[float], losses: Sequence[float], target_loss: float, skip_fraction: float = 0.25
 ) -> float:
     """Predicted updates from the end of the trial until the loss reaches `target_loss`.
 
@@ -25,7 +25,7 @@ def updates_to_target(
         updates: The server's update count at each loss measurement, increasing.
         losses: The training loss measured at each of those points.
         target_loss: The loss to reach; must be positive.
-        skip_fraction: Share of the first measurements left out. Defaults to 0.5.
+        skip_fraction: Share of the first measurements left out. Defaults to 0.25.
 
     Returns:
         0 if the loss is already at the target; `inf` if it does not fall, is not finite,
@@ -44,7 +44,7 @@ def updates_to_target(
         return math.inf
     start = int(len(y) * skip_fraction)
     x, y = x[start:], y[start:]
-    if len(y) < 2 or np.ptp(x) == 0:
+    if len(y) < 3 or np.ptp(x) == 0:
         return math.inf
     slope, intercept = np.polyfit(x, np.log(y), 1)
     if slope >= 0:

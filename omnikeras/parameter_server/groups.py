@@ -10,7 +10,7 @@ import collections
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -19,7 +19,6 @@ from omnikeras.parameter_server.errors import Aborted, FailedPrecondition, Inval
 from omnikeras.parameter_server.model_state import ModelState
 from omnikeras.parameter_server.server_state import ServerState
 from omnikeras.parameter_server.update_rule import Hyperparameters
-from omnikeras.v1 import parameter_server_pb2 as pb
 
 # How often a waiting push wakes up to see whether its caller went away.
 _POLL_SECONDS = 0.5
@@ -198,8 +197,9 @@ class GroupCoordinator:
         with self._cond:
             return self.model.hyperparameters
 
-    def weights_newer_than(self, version: int) -> tuple[int, list[pb.PullReply] | None]:
-        """The current version and its weight chunks, or None if `version` is current."""
+    def weights_newer_than(self, version: int) -> tuple[int, Iterable[bytes] | None]:
+        """The current version and its serialized weight chunks, or None if `version` is
+        current."""
         with self._cond:
             self.model.require_initialized()
             if version >= self.model.version:

@@ -61,7 +61,8 @@ class VariableSpec:
 def little_endian(array: np.ndarray) -> np.ndarray:
     """Returns `array` as a C-contiguous little-endian array, copying only if needed."""
     dtype = array.dtype.newbyteorder("<")
-    return np.ascontiguousarray(array, dtype=dtype)
+    # ascontiguousarray alone would turn a 0-d array into shape (1,).
+    return np.ascontiguousarray(array, dtype=dtype).reshape(array.shape)
 
 
 def encode(

@@ -249,7 +249,8 @@ class OmnivoreCallback(keras.callbacks.Callback):
             and _mean_loss(running.points[-window:]) > _DIVERGENCE_FACTOR * _mean_loss(running.points[:window])
         )
         if steps % _REPORT_EVERY == 0 and not diverged:
-            running.trial.report(point.loss, steps)
+            # A single batch's loss is too noisy to prune on.
+            running.trial.report(_mean_loss(running.points[-_REPORT_EVERY:]), steps)
         if diverged or steps >= self.budget or (steps % _REPORT_EVERY == 0 and running.trial.should_prune()):
             self._end_trial(diverged)
 
@@ -257,12 +258,13 @@ class OmnivoreCallback(keras.callbacks.Callback):
         running = self._trial
         assert running is not None
         self._trial = None
-        half = running.points[len(running.points) // 2 :]
+        # The points start after the restore: the whole trial shows its configuration.
+        points = running.points
         measurement = TrialMeasurement(
             running.config.num_groups,
-            updates=[p.update for p in half],
-            losses=[p.loss for p in half],
-            seconds=half[-1].seconds - half[0].seconds,
+            updates=[p.update for p in points],
+            losses=[p.loss for p in points],
+            seconds=points[-1].seconds - points[0].seconds,
         )
         estimate = self._convergence.estimate(measurement)
         time_to_target = math.inf if diverged else estimate.time_to_target

@@ -22,6 +22,17 @@ def test_round_trip_across_chunk_boundaries() -> None:
         np.testing.assert_array_equal(rebuilt[name], array)
 
 
+def test_scalars_keep_their_shape_through_the_server(start_server) -> None:
+    from omnikeras import Hyperparameters, ParameterServerClient
+
+    client = ParameterServerClient([start_server().address])
+    client.register()
+    client.init_model({"temperature": np.array(2.0, np.float32)}, Hyperparameters(0.5))
+    client.push({"temperature": np.array(1.0, np.float32)}, step=1, example_count=1)
+    pulled = client.pull().weights["temperature"]
+    assert pulled.shape == () and pulled == 1.5
+
+
 def test_big_endian_input_travels_as_little_endian() -> None:
     array = np.arange(5, dtype=">f4")
     (chunk,) = tensors.encode({"w": array})
