@@ -8,8 +8,8 @@ Three figures, printed as the last line of stdout, one JSON object:
   batch (64) each, at the same time, with TensorFlow's and Keras' defaults: what a naive
   deployment of 4 workers on this machine runs.
 * `merged_vs_plain_keras`: the merged path over plain Keras `fit` in one process with
-  TensorFlow's default threads and Keras' defaults (on TensorFlow, `jit_compile="auto"`
-  turns XLA on), same batch of 256.
+  TensorFlow's default threads and Keras' defaults (`jit_compile="auto"`, which leaves XLA
+  off on a machine without a GPU and turns it on where there is one), same batch of 256.
 * `flops_fraction_of_matmul`: the merged path's training FLOP/s over the FLOP/s of a
   2048x2048 float32 matmul with TensorFlow's default threads, measured in the same rounds.
   Training FLOPs are counted analytically: 2 x multiply-adds of the convolutions and dense

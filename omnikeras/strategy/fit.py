@@ -21,8 +21,9 @@ _CHIEF_ONLY_CALLBACKS = (
 
 
 class ClusterSync(keras.callbacks.Callback):
-    """Connects one `fit` to the cluster: the same first weights everywhere, the chief's
-    end of training for everyone, and the server's final weights at the end.
+    """Connects one `fit` to the cluster: the same first weights everywhere, a new group
+    layout handed to the input pipeline between steps, the chief's end of training for
+    everyone, and the server's final weights at the end.
 
     `fit` adds it by itself under `GroupedAsyncStrategy`; its `logs` carry the server's
     model version.
@@ -37,6 +38,7 @@ class ClusterSync(keras.callbacks.Callback):
         self.worker.start(self.model)
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        self.worker.update_placement()
         if self.worker.stop_requested:
             self.model.stop_training = True
 

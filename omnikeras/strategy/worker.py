@@ -29,6 +29,9 @@ class ClusterWorker:
         )
         self.placement = DataPlacement()
         self.place: GroupPlace | None = None
+        # A new place found during a step waits for `update_placement`: TensorFlow must
+        # not be called from inside the step's numpy_function.
+        self._placement_stale = False
         self.batch_size = 32
         self.example_count = 1
         self.step = 0
@@ -51,7 +54,9 @@ class ClusterWorker:
                     f"{self.config.startup_timeout:.0f} s"
                 )
             time.sleep(_POLL_SECONDS)
-        return self._take_place()
+        place = self._take_place()
+        self.update_placement()
+        return place
 
     def start(self, model: keras.Model) -> None:
         """Gives every worker the same first weights: the chief's, or the server's if it
@@ -105,6 +110,12 @@ class ClusterWorker:
         weights = self.client.pull().weights
         return [weights[name] for name in self.names]
 
+    def update_placement(self) -> None:
+        """Hands the newest place to the input pipeline; called between steps."""
+        if self._placement_stale and self.place is not None:
+            self.placement.update(self.place)
+            self._placement_stale = False
+
     def _take_place(self) -> GroupPlace:
         groups = self.client.stats()[0].groups
         place = GroupPlace.of(self.config.worker_id, groups, self.config.throughput_of)
@@ -120,7 +131,7 @@ class ClusterWorker:
                 100 * (place.stop - place.start),
             )
         self.place = place
-        self.placement.update(place)
+        self._placement_stale = True
         self.example_count = int(place.rows_per_member(self.batch_size)[place.member_index])
         return place
 
