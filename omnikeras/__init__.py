@@ -15,8 +15,11 @@ with strategy.scope():
 model.fit(x_train, y_train, batch_size=64, epochs=5)
 ```
 
-The names that need TensorFlow (the strategy, the data sets) load it on first use, so
-the parameter server and its client start in a fraction of a second.
+Add `callbacks=[omnikeras.OmnivoreCallback(target_loss=0.3)]` to `fit` and the number of
+groups, the momentum and the learning rate are tuned while it runs.
+
+The names that need TensorFlow (the strategy, the callback, the data sets) load it on
+first use, so the parameter server and its client start in a fraction of a second.
 """
 
 import importlib
@@ -31,7 +34,6 @@ from omnikeras.parameter_server import (
     PushResult,
     Registration,
 )
-
 from omnikeras.launcher import launch
 
 __version__ = "0.1.0"
