@@ -5,7 +5,6 @@ own process (`--no-merge`, shares 1:3), against the default on this CPU host, on
 process training the group's merged batch.
 """
 
-import json
 import os
 import pathlib
 import subprocess
@@ -15,6 +14,8 @@ import numpy as np
 import pytest
 
 from omnikeras.profiles import ClusterProfile, DeviceProfile
+
+from cluster_results import result_of, saved_weights
 
 SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "strategy" / "cluster_script.py"
 pytestmark = pytest.mark.slow
@@ -33,17 +34,6 @@ def _launch(run_dir: pathlib.Path, *options: str) -> subprocess.CompletedProcess
     )
 
 
-def _result(output: str) -> dict:
-    lines = [line for line in output.splitlines() if line.startswith("RESULT ")]
-    assert lines, output[-3000:]
-    return json.loads(lines[-1].removeprefix("RESULT "))
-
-
-def _weights(path: pathlib.Path) -> list[np.ndarray]:
-    with np.load(path) as saved:
-        return [saved[f"arr_{i}"] for i in range(len(saved.files))]
-
-
 def test_the_merged_process_makes_the_same_updates_as_the_two_members(tmp_path) -> None:
     (tmp_path / "members").mkdir()
     (tmp_path / "merged").mkdir()
@@ -53,14 +43,14 @@ def test_the_merged_process_makes_the_same_updates_as_the_two_members(tmp_path) 
     assert merged.returncode == 0, merged.stderr[-3000:]
     assert "the 2 workers of 1 group run as 1 process" in merged.stderr
 
-    assert _result((tmp_path / "members" / "logs" / "worker-1.log").read_text())["rows_per_step"] == 48
+    assert result_of((tmp_path / "members" / "logs" / "worker-1.log").read_text())["rows_per_step"] == 48
     assert not (tmp_path / "merged" / "logs" / "worker-1.log").exists()
-    chief = _result(merged.stdout)
+    chief = result_of(merged.stdout)
     # One member with the whole batch of 64, for the same 8 group steps (256 examples, 2 epochs).
     assert chief["rows_per_step"] == 64
     assert chief["steps"] == chief["server_version"] == 8
-    before = _weights(tmp_path / "members" / "weights.npz")
-    after = _weights(tmp_path / "merged" / "weights.npz")
+    before = saved_weights(tmp_path / "members" / "weights.npz")
+    after = saved_weights(tmp_path / "merged" / "weights.npz")
     assert any(np.abs(w).sum() > 0 for w in after)
     for ours, reference in zip(after, before):
         np.testing.assert_allclose(ours, reference, atol=1e-5)

@@ -1,6 +1,5 @@
 """`omnikeras launch` with real parameter-server and worker processes."""
 
-import json
 import pathlib
 import signal
 import subprocess
@@ -9,6 +8,8 @@ import time
 
 import numpy as np
 import pytest
+
+from cluster_results import result_of, saved_weights
 
 SCRIPT = pathlib.Path(__file__).with_name("cluster_script.py")
 pytestmark = pytest.mark.slow
@@ -23,23 +24,12 @@ def _launch(tmp_path: pathlib.Path, *options: str, script_args: tuple[str, ...] 
     )
 
 
-def _result(output: str) -> dict:
-    lines = [line for line in output.splitlines() if line.startswith("RESULT ")]
-    assert lines, output[-3000:]
-    return json.loads(lines[-1].removeprefix("RESULT "))
-
-
-def _weights(path: pathlib.Path) -> list[np.ndarray]:
-    with np.load(path) as saved:
-        return [saved[f"arr_{i}"] for i in range(len(saved.files))]
-
-
 @pytest.fixture(scope="module")
 def plain_keras_weights(tmp_path_factory) -> list[np.ndarray]:
     """The same model trained by plain Keras in one process on the merged batches."""
     out = tmp_path_factory.mktemp("plain") / "weights.npz"
     subprocess.run([sys.executable, str(SCRIPT), "--plain", "--weights-out", str(out)], check=True, capture_output=True, timeout=600)
-    return _weights(out)
+    return saved_weights(out)
 
 
 @pytest.mark.parametrize("throughputs", [None, "1,3"])
@@ -47,13 +37,13 @@ def test_one_group_matches_synchronous_sgd_on_the_merged_batch(tmp_path, plain_k
     options = ["--workers", "2", "--groups", "1"] + (["--throughputs", throughputs] if throughputs else [])
     run = _launch(tmp_path, *options, script_args=("--weights-out", str(tmp_path / "w.npz")))
     assert run.returncode == 0, run.stderr[-3000:]
-    chief = _result(run.stdout)
-    other = _result((tmp_path / "logs" / "worker-1.log").read_text())
+    chief = result_of(run.stdout)
+    other = result_of((tmp_path / "logs" / "worker-1.log").read_text())
     # A 3x faster worker takes 3x the rows of each 64-example batch.
     assert (chief["rows_per_step"], other["rows_per_step"]) == ((32, 32) if throughputs is None else (16, 48))
     # 256 examples / 64 per batch, 2 epochs, every step applied once for the whole group.
     assert chief["steps"] == other["steps"] == chief["server_version"] == 8
-    for ours, reference in zip(_weights(tmp_path / "w.npz"), plain_keras_weights):
+    for ours, reference in zip(saved_weights(tmp_path / "w.npz"), plain_keras_weights):
         np.testing.assert_allclose(ours, reference, atol=1e-5)
     assert other["weights_checksum"] == chief["weights_checksum"]
 
@@ -67,7 +57,7 @@ def test_fully_asynchronous_training_learns_and_runs_keras_callbacks(tmp_path) -
                      "--learning-rate", "0.05", "--momentum", "0.3", "--callbacks-dir", str(callbacks_dir)),
     )
     assert run.returncode == 0, run.stderr[-3000:]
-    chief = _result(run.stdout)
+    chief = result_of(run.stdout)
     assert chief["test_accuracy"] > 0.6, chief
     assert len(chief["history"]["val_accuracy"]) == 3
     # Three groups racing: updates were computed on weights others had moved since.
@@ -76,7 +66,7 @@ def test_fully_asynchronous_training_learns_and_runs_keras_callbacks(tmp_path) -
     assert len((callbacks_dir / "log.csv").read_text().splitlines()) == 4
     assert list((callbacks_dir / "tensorboard").rglob("events.out.tfevents.*"))
     for index in (1, 2):
-        other = _result((tmp_path / "logs" / f"worker-{index}.log").read_text())
+        other = result_of((tmp_path / "logs" / f"worker-{index}.log").read_text())
         assert other["weights_checksum"] == chief["weights_checksum"]
 
 
@@ -87,7 +77,7 @@ def test_a_killed_worker_is_reported_and_the_others_finish(tmp_path) -> None:
     )
     assert run.returncode == 1
     assert "worker 1 was killed by signal 9" in run.stderr
-    chief = _result(run.stdout)
+    chief = result_of(run.stdout)
     # The chief's group went on without the dead member and finished every step.
     assert chief["steps"] == 16
     assert chief["server_version"] == 16
