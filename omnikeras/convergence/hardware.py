@@ -17,6 +17,7 @@ import statistics
 from collections import Counter
 from collections.abc import Sequence
 
+from omnikeras.convergence.saturation import saturation_groups
 from omnikeras.profiles import DeviceProfile, batch_shares
 
 
@@ -90,13 +91,5 @@ class HardwareModel:
         return (predicted - measured_seconds_per_update) / measured_seconds_per_update
 
     def saturation_groups(self, min_gain: float = 0.10) -> int:
-        """The largest number of groups worth having: starting from 1, groups double (or
-        grow to the next divisor of the workers) while each step is at least `min_gain`
-        faster per update."""
-        candidates = [g for g in range(1, self.num_workers + 1) if self.num_workers % g == 0]
-        best = candidates[0]
-        for more in candidates[1:]:
-            if self.predict(more) > (1 - min_gain) * self.predict(best):
-                break
-            best = more
-        return best
+        """The largest number of groups worth having, by the profiles' predictions."""
+        return saturation_groups(self.num_workers, self.predict, min_gain)

@@ -8,6 +8,8 @@ the model assumes no gain from more groups, the cautious guess.
 
 import numpy as np
 
+from omnikeras.convergence.saturation import saturation_groups
+
 
 class MeasuredHardwareModel:
     """Predicts seconds per update for any number of groups from the ones measured.
@@ -51,10 +53,4 @@ class MeasuredHardwareModel:
         """Without two measurements, every number of groups is worth a try."""
         if len(self._measured) < 2:
             return self.num_workers
-        candidates = [g for g in range(1, self.num_workers + 1) if self.num_workers % g == 0]
-        best = candidates[0]
-        for more in candidates[1:]:
-            if self.seconds_per_update(more) > (1 - min_gain) * self.seconds_per_update(best):
-                break
-            best = more
-        return best
+        return saturation_groups(self.num_workers, self.seconds_per_update, min_gain)
