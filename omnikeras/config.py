@@ -37,6 +37,9 @@ class WorkerConfig:
             initialise the model. Defaults to 300.
         finish_timeout: Seconds to wait at the end of `fit` for the other workers to
             finish, before pulling the final weights anyway. Defaults to 300.
+        shared_memory: Exchange gradients and weights with parameter servers on this host
+            through shared memory. Defaults to True; False sends them over gRPC, as to a
+            server on another host.
     """
 
     parameter_servers: tuple[str, ...]
@@ -48,6 +51,7 @@ class WorkerConfig:
     seed: int = 0
     startup_timeout: float = 300.0
     finish_timeout: float = 300.0
+    shared_memory: bool = True
 
     def __post_init__(self) -> None:
         if not self.parameter_servers:

@@ -29,6 +29,10 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
         "--no-merge", dest="merge", action="store_false",
         help="on a CPU host, start one process per worker instead of one per group with the group's merged batch",
     )
+    parser.add_argument(
+        "--no-shared-memory", dest="shared_memory", action="store_false",
+        help="send gradients and weights over gRPC, as to servers on another host, not through shared memory",
+    )
     parser.add_argument("--group-timeout", type=float, default=60.0, help="seconds a group waits for a missing member (default: %(default)s)")
     parser.add_argument("--token", help="shared secret between servers and workers")
     parser.add_argument("--log-dir", help="where the logs go (default: runs/launch-<time>)")
@@ -53,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             profile=args.profile,
             merge=args.merge,
+            shared_memory=args.shared_memory,
         )
     except (ValueError, OSError, LaunchError, RuntimeError) as error:
         print(f"omnikeras launch: {error}", file=sys.stderr)

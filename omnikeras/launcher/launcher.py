@@ -36,6 +36,7 @@ def launch(
     seed: int = 0,
     profile: ClusterProfile | str | os.PathLike[str] | None = None,
     merge: bool = True,
+    shared_memory: bool = True,
 ) -> int:
     """Runs `script` on a local cluster and returns its exit status.
 
@@ -66,6 +67,8 @@ def launch(
             `omnikeras profile`): sizes the batch shares and sets the thread settings.
         merge: Merge the co-located workers of each group into one process on a CPU
             host. Defaults to True; it has no effect where a GPU is visible.
+        shared_memory: Workers exchange gradients and weights with the servers through
+            shared memory. Defaults to True; False sends them over gRPC.
 
     Returns:
         0 if every worker finished, the chief's status if it failed, 1 if another
@@ -103,6 +106,7 @@ def launch(
                 throughputs=plan.throughputs,
                 token=token,
                 seed=seed,
+                shared_memory=shared_memory,
             )
             cluster.start_worker(config, script, script_args, plan.environments[index])
         return cluster.watch()

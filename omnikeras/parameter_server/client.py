@@ -1,21 +1,27 @@
 """The Python client of the parameter server: one worker's view of the (sharded) model."""
 
+import logging
 import socket
 from collections.abc import Callable, Iterator, Mapping
 from concurrent import futures
 from dataclasses import dataclass
 from typing import TypeVar
 
+import grpc
 import numpy as np
 
 from omnikeras.parameter_server import tensors
 from omnikeras.parameter_server.groups import PushResult
 from omnikeras.parameter_server.placement import balance_by_bytes
 from omnikeras.parameter_server.shard import ShardConnection
+from omnikeras.parameter_server.shared_memory import available as shared_memory_available
+from omnikeras.parameter_server.shared_memory_client import SharedMemoryChannel
 from omnikeras.parameter_server.update_rule import Hyperparameters
 from omnikeras.v1 import parameter_server_pb2 as pb
 
 _T = TypeVar("_T")
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,15 @@ class PullResult:
     weights: dict[str, np.ndarray]
 
 
+@dataclass(frozen=True)
+class _ShardModel:
+    """What `Describe` tells a client about one shard's part of the model."""
+
+    specs: dict[str, tensors.VariableSpec]
+    shared_memory_socket: str
+    server_id: str
+
+
 class ParameterServerClient:
     """Pushes gradients to and pulls weights from a parameter server, one or many shards.
 
@@ -42,6 +57,10 @@ class ParameterServerClient:
     pulled from each shard and sends it with every push, so the server measures staleness
     without the caller keeping track. With several shard addresses, each variable lives on
     one shard (balanced by bytes) and every call fans out to the shards in parallel.
+
+    `push_pull` with a shard on the same host goes through shared memory rather than
+    gRPC, unless `shared_memory` is False; everything else, and every shard on another
+    host, uses gRPC. The weights are the same either way.
 
     Args:
         addresses: `"host:port"` of each server shard, in the same order on every worker.
@@ -52,6 +71,8 @@ class ParameterServerClient:
             to 300.
         retry_seconds: How long a call keeps retrying while a server is UNAVAILABLE.
             Defaults to 30.
+        shared_memory: Exchange gradients and weights with shards on this host through
+            shared memory. Defaults to True.
 
     Example:
 
@@ -68,13 +89,19 @@ class ParameterServerClient:
         root_cert: str | None = None,
         timeout: float = 300.0,
         retry_seconds: float = 30.0,
+        shared_memory: bool = True,
     ) -> None:
         if not addresses:
             raise ValueError("at least one server address is needed")
         self.shards = [ShardConnection(a, token, root_cert, retry_seconds) for a in addresses]
         self.timeout = timeout
         self.worker_id: int | None = None
-        self._placement: dict[str, int] | None = None
+        self._token = token
+        self._use_shared_memory = shared_memory and shared_memory_available()
+        # Described lazily, at the first push; None again once the model may have changed.
+        self._shard_models: list[_ShardModel] | None = None
+        # Per shard: its channel, or None where it stays on gRPC; None until tried.
+        self._channels: list[SharedMemoryChannel | None] | None = None
         self._versions = [0] * len(self.shards)
         self._pool = futures.ThreadPoolExecutor(len(self.shards)) if len(self.shards) > 1 else None
 
@@ -91,6 +118,7 @@ class ParameterServerClient:
             replies.append(reply)
         self.worker_id = worker_id
         self._versions = [r.model_version for r in replies]
+        self._forget_model()
         return Registration(
             worker_id=worker_id,
             group=group,
@@ -122,7 +150,7 @@ class ParameterServerClient:
             return shard.call(lambda: shard.tensor_stub.InitModel(requests(), timeout=self.timeout, metadata=shard.metadata))
 
         replies = self._each(upload)
-        self._placement = None
+        self._forget_model()
         if all(r.initialized_by_caller for r in replies):
             self._versions = [r.model_version for r in replies]
             return True
@@ -163,7 +191,7 @@ class ParameterServerClient:
 
         def send(index: int, shard: ShardConnection) -> PushResult:
             requests = self._push_requests(index, gradients, step, example_count)
-            return _push_result(shard.call(lambda: shard.tensor_stub.Push(requests(), timeout=self.timeout, metadata=shard.metadata)))
+            return PushResult.from_proto(shard.call(lambda: shard.tensor_stub.Push(requests(), timeout=self.timeout, metadata=shard.metadata)))
 
         return self._each(send)[0]
 
@@ -172,19 +200,42 @@ class ParameterServerClient:
     ) -> tuple[PushResult, PullResult]:
         """`push`, then the weights its group step produced, in one round trip."""
 
+        channels = self._connect()
+        broken: list[str] = []
+
         def send(index: int, shard: ShardConnection) -> tuple[PushResult, int, dict[str, np.ndarray]]:
+            channel = channels[index]
+            if channel is not None:
+                header, mine = self._push_header(index, step, example_count), self._shard_part(index, gradients)
+                try:
+                    push, version, weights = channel.push_pull(mine, header)
+                    return PushResult.from_proto(push), version, weights
+                except OSError:
+                    # The shard went away (a restart, say): gRPC retries until it is back.
+                    broken.append(shard.address)
             requests = self._push_requests(index, gradients, step, example_count)
 
             def attempt() -> tuple[PushResult, int, dict[str, np.ndarray]]:
                 header, version, weights = _read_weights(
                     shard.tensor_stub.PushPull(requests(), timeout=self.timeout, metadata=shard.metadata)
                 )
-                return _push_result(header.push), version, weights
+                return PushResult.from_proto(header.push), version, weights
 
             return shard.call(attempt)
 
-        replies = self._each(send)
+        try:
+            replies = self._each(send)
+        finally:
+            if broken:
+                logger.info("shared-memory exchange with %s closed; the next push connects again", broken)
+                self._forget_model()
         return replies[0][0], self._merge([(version, weights) for _, version, weights in replies])
+
+    @property
+    def shared_memory_shards(self) -> list[str]:
+        """Addresses of the shards that `push_pull` reaches through shared memory; empty
+        before the first `push_pull`."""
+        return [shard.address for shard, channel in zip(self.shards, self._channels or []) if channel is not None]
 
     def describe(self) -> pb.DescribeReply:
         """The variables, hyperparameters and groups, with the variables of every shard."""
@@ -248,6 +299,7 @@ class ParameterServerClient:
         return [r.path for r in replies]
 
     def close(self) -> None:
+        self._forget_model()
         for shard in self.shards:
             shard.close()
         if self._pool is not None:
@@ -264,17 +316,8 @@ class ParameterServerClient:
     def _push_requests(
         self, index: int, gradients: Mapping[str, np.ndarray], step: int, example_count: int
     ) -> Callable[[], Iterator[pb.PushRequest | bytes]]:
-        placement = self._variable_placement()
-        unknown = gradients.keys() - placement.keys()
-        if unknown:
-            raise KeyError(f"the server holds no variables named {sorted(unknown)}")
-        mine = {n: g for n, g in gradients.items() if placement[n] == index}
-        header = pb.PushHeader(
-            worker_id=self._worker_id(),
-            step=step,
-            model_version=self._versions[index],
-            example_count=example_count,
-        )
+        header = self._push_header(index, step, example_count)
+        mine = self._shard_part(index, gradients)
 
         def requests() -> Iterator[pb.PushRequest | bytes]:
             yield pb.PushRequest(header=header)
@@ -282,14 +325,63 @@ class ParameterServerClient:
 
         return requests
 
-    def _variable_placement(self) -> dict[str, int]:
-        if self._placement is None:
-            placement = {}
-            for index, shard in enumerate(self.shards):
+    def _push_header(self, index: int, step: int, example_count: int) -> pb.PushHeader:
+        return pb.PushHeader(
+            worker_id=self._worker_id(),
+            step=step,
+            model_version=self._versions[index],
+            example_count=example_count,
+        )
+
+    def _shard_part(self, index: int, gradients: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The gradients of the variables that live on shard `index`."""
+        models = self._describe_shards()
+        unknown = gradients.keys() - set().union(*(m.specs.keys() for m in models))
+        if unknown:
+            raise KeyError(f"the server holds no variables named {sorted(unknown)}")
+        return {n: g for n, g in gradients.items() if n in models[index].specs}
+
+    def _describe_shards(self) -> list[_ShardModel]:
+        if self._shard_models is None:
+            models = []
+            for shard in self.shards:
                 reply = shard.call(lambda: shard.stub.Describe(pb.DescribeRequest(), timeout=30, metadata=shard.metadata))
-                placement.update({spec.name: index for spec in reply.variables})
-            self._placement = placement
-        return self._placement
+                specs = {spec.name: tensors.VariableSpec.from_proto(spec) for spec in reply.variables}
+                models.append(_ShardModel(specs, reply.shared_memory_socket, reply.server_id))
+            self._shard_models = models
+        return self._shard_models
+
+    def _connect(self) -> list[SharedMemoryChannel | None]:
+        """The shared-memory channel to each shard, connected at the first push; None
+        where a shard is on another host, offers none, or refused."""
+        models = self._describe_shards()
+        if self._channels is None:
+            self._channels = [
+                self._try_channel(shard, model) if self._use_shared_memory else None
+                for shard, model in zip(self.shards, models)
+            ]
+        return self._channels
+
+    def _try_channel(self, shard: ShardConnection, model: _ShardModel) -> SharedMemoryChannel | None:
+        if not model.shared_memory_socket or not model.specs:
+            return None
+        try:
+            return SharedMemoryChannel(
+                model.shared_memory_socket, model.server_id, self._worker_id(), model.specs,
+                self._token, self.timeout,
+            )
+        except (OSError, grpc.RpcError) as error:
+            # Another host, most often: the socket's path does not exist here.
+            logger.debug("no shared-memory exchange with %s: %s", shard.address, error)
+            return None
+
+    def _forget_model(self) -> None:
+        """Drops what was described and connected: the next push describes again."""
+        for channel in self._channels or []:
+            if channel is not None:
+                channel.close()
+        self._channels = None
+        self._shard_models = None
 
     def _merge(self, replies: list[tuple[int, dict[str, np.ndarray]]]) -> PullResult:
         weights: dict[str, np.ndarray] = {}
@@ -320,12 +412,3 @@ def _read_weights(
         assembler.add(reply.message.chunk, reply.data)
     return header, header.model_version, assembler.finish()
 
-
-def _push_result(reply: pb.PushReply) -> PushResult:
-    return PushResult(
-        reply.model_version,
-        reply.group,
-        reply.group_members_combined,
-        reply.stop_requested,
-        reply.layout_version,
-    )

@@ -23,3 +23,10 @@ class FailedPrecondition(ParameterServerError):
 
 class Aborted(ParameterServerError):
     code = grpc.StatusCode.ABORTED
+
+
+class NonFinite(InvalidArgument):
+    """A tensor holds NaN or Inf values."""
+
+    def __init__(self, what: str, name: str) -> None:
+        super().__init__(f"{what} {name!r} holds NaN or Inf values; rejected")

@@ -19,6 +19,7 @@ from omnikeras.parameter_server.errors import Aborted, FailedPrecondition, Inval
 from omnikeras.parameter_server.model_state import ModelState
 from omnikeras.parameter_server.server_state import ServerState
 from omnikeras.parameter_server.update_rule import Hyperparameters
+from omnikeras.v1 import parameter_server_pb2 as pb
 
 # How often a waiting push wakes up to see whether its caller went away.
 _POLL_SECONDS = 0.5
@@ -33,6 +34,25 @@ class PushResult:
     stop_requested: bool = False
     # Changes whenever groups or their members change.
     layout_version: int = 0
+
+    @classmethod
+    def from_proto(cls, reply: pb.PushReply) -> "PushResult":
+        return cls(
+            reply.model_version,
+            reply.group,
+            reply.group_members_combined,
+            reply.stop_requested,
+            reply.layout_version,
+        )
+
+    def to_proto(self) -> pb.PushReply:
+        return pb.PushReply(
+            model_version=self.model_version,
+            group=self.group,
+            group_members_combined=self.members_combined,
+            stop_requested=self.stop_requested,
+            layout_version=self.layout_version,
+        )
 
 
 @dataclass
@@ -205,6 +225,15 @@ class GroupCoordinator:
             if version >= self.model.version:
                 return self.model.version, None
             return self.model.version, self.model.weight_chunks()
+
+    def copy_weights(self, out: Mapping[str, np.ndarray]) -> int:
+        """Copies the current weights into `out` (arrays of the model's specs, by name) and
+        returns their version; no group step changes them halfway."""
+        with self._cond:
+            self.model.require_initialized()
+            for name, array in out.items():
+                np.copyto(array, self.model.weights[name])
+            return self.model.version
 
     def count_rejected_non_finite(self) -> None:
         with self._cond:

@@ -3,17 +3,19 @@
 import logging
 import os
 import pathlib
+import secrets
 import threading
 from concurrent import futures
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from omnikeras.parameter_server import auth
+from omnikeras.parameter_server import auth, shared_memory
 from omnikeras.parameter_server.checkpoints import CheckpointDirectory
 from omnikeras.parameter_server.groups import GroupCoordinator
 from omnikeras.parameter_server.model_state import ModelState
 from omnikeras.parameter_server.servicer import ParameterServerServicer, add_to_server
+from omnikeras.parameter_server.shared_memory_server import SharedMemoryServer
 from omnikeras.parameter_server.update_rule import Hyperparameters
 
 logger = logging.getLogger(__name__)
@@ -26,7 +28,8 @@ class ParameterServer:
 
     Holds a model's weights and applies one update per group step, asynchronously across
     groups. A server started on a checkpoint directory that holds checkpoints resumes from
-    the newest one.
+    the newest one. Workers on the same host exchange gradients and weights with it
+    through shared memory (on Linux); the others, and every other call, use gRPC.
 
     Args:
         host: Address to listen on. Defaults to `"127.0.0.1"`; use `"0.0.0.0"` to serve
@@ -79,6 +82,7 @@ class ParameterServer:
         self.token = token
         self.tls = (tls_cert, tls_key) if tls_cert and tls_key else None
         self._server: grpc.Server | None = None
+        self._shared_memory: SharedMemoryServer | None = None
         self._stopping = threading.Event()
         self._checkpointer: threading.Thread | None = None
         self._last_saved_version = -1
@@ -93,9 +97,15 @@ class ParameterServer:
         interceptors = [auth.TokenInterceptor(self.token)] if self.token else []
         # Each member of a pending group step holds a thread while it waits.
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=64), interceptors=interceptors)
+        server_id = secrets.token_hex(16)
+        if shared_memory.available():
+            self._shared_memory = SharedMemoryServer(self.coordinator, server_id, self.token)
         add_to_server(
             ParameterServerServicer(
-                self.coordinator, self.save_checkpoint if self.checkpoints else None
+                self.coordinator,
+                server_id,
+                self.save_checkpoint if self.checkpoints else None,
+                self._shared_memory.socket_path if self._shared_memory else "",
             ),
             server,
         )
@@ -119,6 +129,8 @@ class ParameterServer:
     def stop(self, grace: float = 1.0) -> None:
         """Stops serving and writes a last checkpoint if the model changed since the last."""
         self._stopping.set()
+        if self._shared_memory is not None:
+            self._shared_memory.close()
         if self._server is not None:
             self._server.stop(grace).wait()
         if self._checkpointer is not None:

@@ -15,6 +15,7 @@ from omnikeras.parameter_server import tensors
 from omnikeras.parameter_server.errors import (
     FailedPrecondition,
     InvalidArgument,
+    NonFinite,
     ParameterServerError,
 )
 from omnikeras.parameter_server.groups import GroupCoordinator, PushResult
@@ -56,10 +57,14 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
     def __init__(
         self,
         coordinator: GroupCoordinator,
+        server_id: str,
         save_checkpoint: Callable[[], tuple[pathlib.Path, int]] | None = None,
+        shared_memory_socket: str = "",
     ) -> None:
         self.coordinator = coordinator
+        self.server_id = server_id
         self.save_checkpoint = save_checkpoint
+        self.shared_memory_socket = shared_memory_socket
         self._started = time.monotonic()
 
     @_status_on_error
@@ -92,7 +97,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
         if not weights:
             raise InvalidArgument("InitModel carried no variables")
         if non_finite is not None:
-            raise _non_finite_error("initial weight", non_finite)
+            raise NonFinite("initial weight", non_finite)
         initialized = self.coordinator.initialize(weights, hyperparameters)
         return pb.InitModelReply(
             model_version=self.coordinator.model.version, initialized_by_caller=initialized
@@ -107,11 +112,13 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
             variables=[spec.to_proto() for spec in model.specs.values()],
             hyperparameters=self.coordinator.hyperparameters().to_proto(),
             num_groups=self.coordinator.num_groups,
+            shared_memory_socket=self.shared_memory_socket,
+            server_id=self.server_id,
         )
 
     @_status_on_error
     def Push(self, request_iterator: Iterator[tensors.Received[pb.PushRequest]], context: grpc.ServicerContext) -> pb.PushReply:
-        return _push_reply(self._push(request_iterator, context))
+        return self._push(request_iterator, context).to_proto()
 
     @_status_on_error
     def Pull(self, request: pb.PullRequest, context: grpc.ServicerContext) -> Iterator[pb.PullReply | bytes]:
@@ -200,7 +207,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
         gradients, non_finite = _assemble(request_iterator, self.coordinator.model.specs)
         if non_finite is not None:
             self.coordinator.count_rejected_non_finite()
-            raise _non_finite_error("gradient", non_finite)
+            raise NonFinite("gradient", non_finite)
         return self.coordinator.push(
             header.worker_id,
             header.step,
@@ -257,7 +264,7 @@ def _assemble(
     non_finite: list[str] = []
 
     def check(name: str, elements: np.ndarray) -> None:
-        if not non_finite and not _finite(elements):
+        if not non_finite and not tensors.all_finite(elements):
             non_finite.append(name)
 
     assembler = tensors.TensorAssembler(expected, inspect=check)
@@ -271,27 +278,7 @@ def _assemble(
 def _weights(version: int, chunks: Iterable[bytes] | None, push: PushResult | None) -> Iterator[pb.PullReply | bytes]:
     header = pb.PullHeader(model_version=version, has_weights=chunks is not None)
     if push is not None:
-        header.push.CopyFrom(_push_reply(push))
+        header.push.CopyFrom(push.to_proto())
     yield pb.PullReply(header=header)
     if chunks is not None:
         yield from chunks
-
-
-def _push_reply(result: PushResult) -> pb.PushReply:
-    return pb.PushReply(
-        model_version=result.model_version,
-        group=result.group,
-        group_members_combined=result.members_combined,
-        stop_requested=result.stop_requested,
-        layout_version=result.layout_version,
-    )
-
-
-def _finite(array: np.ndarray) -> bool:
-    # A sum is one pass with no temporary; only when it is not finite (NaN, Inf, or an
-    # overflow of large finite values) is the exact check needed.
-    return bool(np.isfinite(array.sum()) or np.isfinite(array).all())
-
-
-def _non_finite_error(what: str, name: str) -> InvalidArgument:
-    return InvalidArgument(f"{what} {name!r} holds NaN or Inf values; rejected")

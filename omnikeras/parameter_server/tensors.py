@@ -65,6 +65,13 @@ def little_endian(array: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(array, dtype=dtype).reshape(array.shape)
 
 
+def all_finite(array: np.ndarray) -> bool:
+    """Whether `array` holds no NaN or Inf."""
+    # A sum is one pass with no temporary; only when it is not finite (NaN, Inf, or an
+    # overflow of large finite values) is the exact check needed.
+    return bool(np.isfinite(array.sum()) or np.isfinite(array).all())
+
+
 def encode(
     arrays: Mapping[str, np.ndarray], chunk_bytes: int = CHUNK_BYTES
 ) -> Iterator[pb.TensorChunk]:

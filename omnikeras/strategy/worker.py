@@ -25,7 +25,10 @@ class ClusterWorker:
     def __init__(self, config: WorkerConfig) -> None:
         self.config = config
         self.client = ParameterServerClient(
-            list(config.parameter_servers), token=config.token, root_cert=config.root_cert
+            list(config.parameter_servers),
+            token=config.token,
+            root_cert=config.root_cert,
+            shared_memory=config.shared_memory,
         )
         self.placement = DataPlacement()
         self.place: GroupPlace | None = None

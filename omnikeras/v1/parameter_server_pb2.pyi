@@ -153,18 +153,22 @@ class DescribeRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class DescribeReply(_message.Message):
-    __slots__ = ("model_initialized", "model_version", "variables", "hyperparameters", "num_groups")
+    __slots__ = ("model_initialized", "model_version", "variables", "hyperparameters", "num_groups", "shared_memory_socket", "server_id")
     MODEL_INITIALIZED_FIELD_NUMBER: _ClassVar[int]
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     VARIABLES_FIELD_NUMBER: _ClassVar[int]
     HYPERPARAMETERS_FIELD_NUMBER: _ClassVar[int]
     NUM_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    SHARED_MEMORY_SOCKET_FIELD_NUMBER: _ClassVar[int]
+    SERVER_ID_FIELD_NUMBER: _ClassVar[int]
     model_initialized: bool
     model_version: int
     variables: _containers.RepeatedCompositeFieldContainer[VariableSpec]
     hyperparameters: Hyperparameters
     num_groups: int
-    def __init__(self, model_initialized: _Optional[bool] = ..., model_version: _Optional[int] = ..., variables: _Optional[_Iterable[_Union[VariableSpec, _Mapping]]] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., num_groups: _Optional[int] = ...) -> None: ...
+    shared_memory_socket: str
+    server_id: str
+    def __init__(self, model_initialized: _Optional[bool] = ..., model_version: _Optional[int] = ..., variables: _Optional[_Iterable[_Union[VariableSpec, _Mapping]]] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., num_groups: _Optional[int] = ..., shared_memory_socket: _Optional[str] = ..., server_id: _Optional[str] = ...) -> None: ...
 
 class SetHyperparametersRequest(_message.Message):
     __slots__ = ("hyperparameters",)
@@ -290,3 +294,27 @@ class CheckpointReply(_message.Message):
     path: str
     model_version: int
     def __init__(self, path: _Optional[str] = ..., model_version: _Optional[int] = ...) -> None: ...
+
+class SharedMemoryHello(_message.Message):
+    __slots__ = ("worker_id", "token", "server_id", "layout_digest")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SERVER_ID_FIELD_NUMBER: _ClassVar[int]
+    LAYOUT_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    worker_id: int
+    token: str
+    server_id: str
+    layout_digest: bytes
+    def __init__(self, worker_id: _Optional[int] = ..., token: _Optional[str] = ..., server_id: _Optional[str] = ..., layout_digest: _Optional[bytes] = ...) -> None: ...
+
+class SharedMemoryReply(_message.Message):
+    __slots__ = ("push", "model_version", "code", "message")
+    PUSH_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    push: PushReply
+    model_version: int
+    code: int
+    message: str
+    def __init__(self, push: _Optional[_Union[PushReply, _Mapping]] = ..., model_version: _Optional[int] = ..., code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...

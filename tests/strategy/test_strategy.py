@@ -70,3 +70,21 @@ def test_a_missing_worker_is_reported_rather_than_awaited(server) -> None:
     model = _model(omnikeras.GroupedAsyncStrategy(config), keras.optimizers.SGD)
     with pytest.raises(TimeoutError, match="only 1 of 2 workers joined"):
         model.fit(*_data(), batch_size=32, epochs=1, verbose=0)
+
+
+def test_shared_memory_and_grpc_train_bit_identical_models() -> None:
+    trained = {}
+    for shared_memory in (True, False):
+        server = ParameterServer()
+        server.start()
+        try:
+            keras.utils.set_random_seed(0)
+            strategy = omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,), shared_memory=shared_memory))
+            model = _model(strategy, keras.optimizers.SGD, learning_rate=0.5, momentum=0.5)
+            model.fit(*_data(), batch_size=32, epochs=3, verbose=0)
+            assert strategy.worker.client.shared_memory_shards == ([server.address] if shared_memory else [])
+            trained[shared_memory] = model.get_weights()
+        finally:
+            server.stop()
+    for through_memory, through_grpc in zip(trained[True], trained[False]):
+        np.testing.assert_array_equal(through_memory, through_grpc)

@@ -1,0 +1,164 @@
+"""The shared-memory exchange between a worker and a parameter server on the same host:
+the segment's layout and the messages on the Unix socket, common to both sides.
+
+Over gRPC, a push_pull of a small model costs more in gRPC's own machinery (threads,
+streams, condition waits) than in moving its bytes. A worker on the server's host writes
+its gradients into a segment the server maps as well, rings with a `PushHeader` on a Unix
+socket, and finds the new weights in the segment when the `SharedMemoryReply` comes back:
+one copy of each tensor per side and two small messages per step. The wire format is in
+`protos/omnikeras/v1/parameter_server.proto`.
+"""
+
+import hashlib
+import mmap
+import os
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+import grpc
+import numpy as np
+from google.protobuf.message import Message
+
+from omnikeras.parameter_server.tensors import VariableSpec
+from omnikeras.v1 import parameter_server_pb2 as pb
+
+_M = TypeVar("_M", bound=Message)
+
+# Every variable starts on a cache line, and numpy's vector loops see aligned arrays.
+_ALIGNMENT = 64
+# The largest message on the socket: a header or a reply, never tensor bytes.
+MAX_MESSAGE_BYTES = 1 << 16
+
+
+@dataclass(frozen=True)
+class SegmentLayout:
+    """Where each variable's gradient and weight lie in a segment: the gradient region,
+    then the weight region, each with the variables sorted by name.
+
+    Example:
+
+    >>> layout = SegmentLayout.of({"w": VariableSpec("w", np.dtype("<f4"), (3,))})
+    >>> layout.segment_bytes
+    128
+    """
+
+    specs: tuple[VariableSpec, ...]
+    offsets: tuple[int, ...]
+    region_bytes: int
+
+    @classmethod
+    def of(cls, specs: Mapping[str, VariableSpec]) -> "SegmentLayout":
+        ordered = tuple(specs[name] for name in sorted(specs))
+        offsets = []
+        position = 0
+        for spec in ordered:
+            offsets.append(position)
+            position += -(-spec.nbytes // _ALIGNMENT) * _ALIGNMENT
+        return cls(ordered, tuple(offsets), max(position, _ALIGNMENT))
+
+    @property
+    def segment_bytes(self) -> int:
+        return 2 * self.region_bytes
+
+    @property
+    def digest(self) -> bytes:
+        """SHA-256 of the names, dtypes, shapes and offsets: equal on both sides, or the
+        two disagree on the model."""
+        text = ";".join(
+            f"{s.name}:{s.dtype.str}:{list(s.shape)}@{o}" for s, o in zip(self.specs, self.offsets)
+        )
+        return hashlib.sha256(text.encode()).digest()
+
+    def views(self, segment: mmap.mmap) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """The gradient arrays and the weight arrays, as views of `segment`."""
+        return self._region(segment, 0), self._region(segment, self.region_bytes)
+
+    def _region(self, segment: mmap.mmap, start: int) -> dict[str, np.ndarray]:
+        return {
+            spec.name: np.frombuffer(
+                segment, spec.dtype, int(np.prod(spec.shape, dtype=np.int64)), start + offset
+            ).reshape(spec.shape)
+            for spec, offset in zip(self.specs, self.offsets)
+        }
+
+
+def available() -> bool:
+    """Whether this platform has what the exchange needs (memfd and SCM_RIGHTS: Linux)."""
+    return hasattr(socket, "AF_UNIX") and hasattr(socket, "send_fds") and hasattr(os, "memfd_create")
+
+
+class StatusError(grpc.RpcError):
+    """A call over the exchange that ended with a status other than OK, shaped like the
+    error the same call raises over gRPC, so that callers handle both alike."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(f"{code.name}: {details}")
+        self._code = code
+        self._details = details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+    @classmethod
+    def of(cls, reply: pb.SharedMemoryReply) -> "StatusError":
+        return cls(_STATUS_CODES.get(reply.code, grpc.StatusCode.UNKNOWN), reply.message)
+
+
+_STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+class PeerClosed(ConnectionError):
+    """The other side closed the socket."""
+
+
+# Every message starts with this byte: a protobuf message may serialize to nothing, and an
+# empty packet would read as the peer closing the socket.
+_MARK = b"\x01"
+
+
+def send(connection: socket.socket, message: Message, fds: Sequence[int] = ()) -> None:
+    """Sends one message, with `fds` attached when given."""
+    data = _MARK + message.SerializeToString()
+    if fds:
+        socket.send_fds(connection, [data], list(fds))
+    else:
+        connection.sendall(data)
+
+
+def receive(connection: socket.socket, message_type: type[_M]) -> _M:
+    """One message; raises `PeerClosed` when the peer has gone."""
+    return _parse(connection.recv(MAX_MESSAGE_BYTES), message_type)
+
+
+def receive_with_fds(connection: socket.socket, message_type: type[_M]) -> tuple[_M, list[int]]:
+    """One message and the file descriptors attached to it."""
+    data, fds, _, _ = socket.recv_fds(connection, MAX_MESSAGE_BYTES, 1)
+    try:
+        return _parse(data, message_type), fds
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+
+
+def _parse(data: bytes, message_type: type[_M]) -> _M:
+    if not data:
+        raise PeerClosed("the peer closed the shared-memory socket")
+    if data[:1] != _MARK:
+        raise PeerClosed("the peer does not speak this version of the shared-memory exchange")
+    return message_type.FromString(data[1:])
+
+
+def peer_closed(connection: socket.socket) -> bool:
+    """Whether the peer closed its end (without consuming a message)."""
+    try:
+        return connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True

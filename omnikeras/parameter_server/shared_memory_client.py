@@ -1,0 +1,102 @@
+"""The worker side of the shared-memory exchange with one parameter-server shard."""
+
+import mmap
+import os
+import socket
+from collections.abc import Mapping
+
+import grpc
+import numpy as np
+
+from omnikeras.parameter_server import shared_memory
+from omnikeras.parameter_server.shared_memory import SegmentLayout, StatusError
+from omnikeras.parameter_server.tensors import VariableSpec
+from omnikeras.v1 import parameter_server_pb2 as pb
+
+
+class SharedMemoryChannel:
+    """A segment shared with one server shard, and the socket that rings it.
+
+    Connecting fails with `OSError` where the server is not on this host (its socket is
+    not there) and with `StatusError` where it refuses (wrong token, another model): the
+    caller then stays on gRPC. Once connected, a broken socket raises `ConnectionError`
+    and the channel is closed; a reply that misses `timeout` closes it too, since a late
+    reply would answer the next push.
+
+    Args:
+        socket_path: `DescribeReply.shared_memory_socket` of the shard.
+        server_id: `DescribeReply.server_id` of the shard.
+        worker_id: The registered worker this channel pushes for.
+        specs: The shard's variables.
+        token: The shard's token, or None.
+        timeout: Seconds to wait for a reply, group step included.
+    """
+
+    def __init__(
+        self,
+        socket_path: str,
+        server_id: str,
+        worker_id: int,
+        specs: Mapping[str, VariableSpec],
+        token: str | None,
+        timeout: float,
+    ) -> None:
+        layout = SegmentLayout.of(specs)
+        self._connection = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._connection.settimeout(timeout)
+        fd = os.memfd_create("omnikeras-exchange", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(fd, layout.segment_bytes)
+            self._segment = mmap.mmap(fd, layout.segment_bytes)
+            self._connection.connect(socket_path)
+            hello = pb.SharedMemoryHello(
+                worker_id=worker_id, token=token or "", server_id=server_id, layout_digest=layout.digest
+            )
+            shared_memory.send(self._connection, hello, fds=[fd])
+            answer = shared_memory.receive(self._connection, pb.SharedMemoryReply)
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            os.close(fd)
+        if answer.code:
+            self.close()
+            raise StatusError.of(answer)
+        self.gradients, self.weights = layout.views(self._segment)
+
+    def push_pull(
+        self, gradients: Mapping[str, np.ndarray], header: pb.PushHeader
+    ) -> tuple[pb.PushReply, int, dict[str, np.ndarray]]:
+        """Pushes `gradients` (every variable of the shard) and returns the push's outcome,
+        the weights' version and a copy of the weights."""
+        if gradients.keys() != self.gradients.keys():
+            raise StatusError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"a push carries every variable of the shard: missing {sorted(self.gradients.keys() - gradients.keys())}",
+            )
+        for name, target in self.gradients.items():
+            gradient = gradients[name]
+            if gradient.shape != target.shape or gradient.dtype != target.dtype:
+                raise StatusError(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"variable {name!r}: got {gradient.dtype.name}{list(gradient.shape)}, "
+                    f"expected {target.dtype.name}{list(target.shape)}",
+                )
+            np.copyto(target, gradient)
+        try:
+            shared_memory.send(self._connection, header)
+            reply = shared_memory.receive(self._connection, pb.SharedMemoryReply)
+        except TimeoutError:
+            self.close()
+            raise StatusError(grpc.StatusCode.DEADLINE_EXCEEDED, "no reply from the server in time") from None
+        except OSError:
+            self.close()
+            raise
+        if reply.code:
+            raise StatusError.of(reply)
+        # Copies: the next push overwrites the segment, and TensorFlow may adopt an
+        # aligned array's memory as a variable's buffer instead of copying it.
+        return reply.push, reply.model_version, {name: w.copy() for name, w in self.weights.items()}
+
+    def close(self) -> None:
+        self._connection.close()
