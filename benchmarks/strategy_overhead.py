@@ -1,17 +1,19 @@
-"""Step time of one worker training through a local parameter server, against plain Keras.
+"""Step time of training through `omnikeras launch --workers 1`, against plain Keras.
 
-One figure, printed as the last line of stdout, one JSON object:
+What users compare: the same script's model, data and batch, trained by plain Keras
+`fit` in one process, or launched on a local cluster of one worker and one parameter
+server (the launcher's defaults: on this host the worker exchanges with the server
+through shared memory). Two models: the main job's CNN (`examples/fashion_mnist.py`,
+about 225K parameters) and the reference CNN (`omnikeras.profiles.reference_cnn`, about
+1.2M). Each run is a fresh process (`step_time_worker.py`) that trains on Fashion-MNIST
+with batch 64 and times its steps after a warm-up; both get the thread settings the
+launcher chooses on this machine. Plain and launched runs alternate, round after round,
+and each figure is the median over the rounds of launched mean step time / plain mean
+step time, so load that comes and goes on a shared machine weighs on both alike.
 
-* `step_time_vs_plain_keras`: the median time of a training step of the reference CNN
-  (`omnikeras.profiles.reference_cnn`: 1.2M parameters, 28x28x1 input; batch 64) under
-  `GroupedAsyncStrategy` with one worker and a parameter server in a process of its own
-  on this machine, over the median step time of plain Keras `fit` of the same model and
-  batch in the same process. The two alternate, round after
-  round, and the figure is the median of the rounds' ratios, so load that comes and goes
-  on a shared machine weighs on both alike. The server's process competes with the worker
-  for the cores, as it does in a real local cluster.
-
-Progress goes to stderr. `--quick` runs two short rounds, for a correctness check.
+The last line of stdout is one JSON object:
+`{"step_time_vs_plain_keras_main": .., "step_time_vs_plain_keras_reference": ..}`.
+Progress goes to stderr. `--quick` runs one short round, for a correctness check.
 
     .venv/bin/python benchmarks/strategy_overhead.py [--quick]
 """
@@ -19,84 +21,66 @@ Progress goes to stderr. `--quick` runs two short rounds, for a correctness chec
 import argparse
 import json
 import os
+import pathlib
 import statistics
+import subprocess
 import sys
-import time
+import tempfile
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from omnikeras.profiles.thread_cache import cached_thread_settings
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-
-import omnikeras  # noqa: E402
-from omnikeras.launcher.processes import start_parameter_server  # noqa: E402
-from omnikeras.profiles.reference_cnn import reference_cnn  # noqa: E402
-
-BATCH = 64
-
-
-class StepTimer(keras.callbacks.Callback):
-    """Times each step from the end of the one before, skipping the first (tracing)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.times: list[float] = []
-        self._last: float | None = None
-
-    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
-        now = time.perf_counter()
-        if self._last is not None:
-            self.times.append(now - self._last)
-        self._last = now
-
-
-def build_model() -> keras.Model:
-    model = reference_cnn()
-    model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9), loss="sparse_categorical_crossentropy")
-    return model
-
-
-def median_step(model: keras.Model, x: np.ndarray, y: np.ndarray) -> float:
-    timer = StepTimer()
-    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=[timer])
-    return statistics.median(timer.times)
+WORKER_SCRIPT = pathlib.Path(__file__).with_name("step_time_worker.py")
+MODELS = ("main", "reference")
 
 
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def run(command: list[str], env: dict[str, str]) -> dict:
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
+    if result.returncode != 0 or not lines:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}")
+    return json.loads(lines[-1].removeprefix("RESULT "))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="two short rounds, for a correctness check")
+    parser.add_argument("--quick", action="store_true", help="one short round, for a correctness check")
     args = parser.parse_args()
-    rounds, steps = (2, 6) if args.quick else (7, 30)
+    rounds, steps, warmup = (1, 12, 4) if args.quick else (5, 400, 40)
 
-    rng = np.random.default_rng(0)
-    x = rng.random((BATCH * steps, 28, 28, 1), dtype=np.float32)
-    y = rng.integers(0, 10, BATCH * steps)
-
-    server, address = start_parameter_server([], log=open(os.devnull, "w"))
-    try:
-        plain = build_model()
-        strategy = omnikeras.GroupedAsyncStrategy(omnikeras.WorkerConfig((address,)))
-        with strategy.scope():
-            through_server = build_model()
-        log(f"model: {plain.count_params():,} parameters, batch {BATCH}, {steps} steps a round")
-        ratios = []
+    threads = cached_thread_settings(log)
+    # Exported settings reach the launched worker as they are, and the plain run alike.
+    env = dict(os.environ) | threads.environment() | {"TF_CPP_MIN_LOG_LEVEL": "2"}
+    log(f"thread settings of both: {threads.intra_op} intra-op, {threads.inter_op} inter-op; "
+        f"batch 64, {steps} steps a run, timed after {warmup}")
+    ratios: dict[str, list[float]] = {model: [] for model in MODELS}
+    with tempfile.TemporaryDirectory() as log_dir:
         for round_index in range(rounds):
-            plain_step = median_step(plain, x, y)
-            server_step = median_step(through_server, x, y)
-            ratios.append(server_step / plain_step)
-            log(
-                f"round {round_index + 1}/{rounds}: plain {plain_step * 1e3:.1f} ms/step, "
-                f"through the server {server_step * 1e3:.1f} ms/step, ratio {ratios[-1]:.3f}"
-            )
-        version = strategy.worker.client.stats()[0].model_version
-        assert version == rounds * steps, f"the server applied {version} updates, not {rounds * steps}"
-    finally:
-        server.terminate()
-    print(json.dumps({"step_time_vs_plain_keras": round(statistics.median(ratios), 3)}))
+            for model in MODELS:
+                worker = [str(WORKER_SCRIPT), "--model", model, "--steps", str(steps), "--warmup", str(warmup)]
+                plain_command = [sys.executable, *worker, "--plain"]
+                launched_command = [
+                    sys.executable, "-m", "omnikeras", "launch", "--workers", "1", "--groups", "1",
+                    "--log-dir", os.path.join(log_dir, f"{model}-{round_index}"), *worker,
+                ]
+                # Alternating which goes first cancels a drift in the machine's load.
+                if round_index % 2 == 0:
+                    plain, launched = run(plain_command, env), run(launched_command, env)
+                else:
+                    launched, plain = run(launched_command, env), run(plain_command, env)
+                if launched["steps"] != steps or plain["steps"] != steps:
+                    raise RuntimeError(f"expected {steps} steps, got {launched['steps']} and {plain['steps']}")
+                ratios[model].append(launched["mean_step_s"] / plain["mean_step_s"])
+                log(
+                    f"round {round_index + 1}/{rounds}, {model} CNN ({plain['parameters']:,} parameters): "
+                    f"plain {plain['mean_step_s'] * 1e3:.2f} ms/step (median {plain['median_step_s'] * 1e3:.2f}), "
+                    f"launched {launched['mean_step_s'] * 1e3:.2f} ms/step (median {launched['median_step_s'] * 1e3:.2f}, "
+                    f"{'shared memory' if launched['shared_memory'] else 'gRPC'}), ratio {ratios[model][-1]:.3f}"
+                )
+    print(json.dumps({f"step_time_vs_plain_keras_{model}": round(statistics.median(ratios[model]), 3) for model in MODELS}))
     return 0
 
 

@@ -198,7 +198,11 @@ class ParameterServerClient:
     def push_pull(
         self, gradients: Mapping[str, np.ndarray], step: int, example_count: int
     ) -> tuple[PushResult, PullResult]:
-        """`push`, then the weights its group step produced, in one round trip."""
+        """`push`, then the weights its group step produced, in one round trip.
+
+        Through shared memory the weights are read-only views of the segment, which the
+        next `push_pull` overwrites: copy what you keep.
+        """
 
         channels = self._connect()
         broken: list[str] = []

@@ -8,6 +8,7 @@ import threading
 from concurrent import futures
 
 import grpc
+import threadpoolctl
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from omnikeras.parameter_server import auth, shared_memory
@@ -30,6 +31,10 @@ class ParameterServer:
     groups. A server started on a checkpoint directory that holds checkpoints resumes from
     the newest one. Workers on the same host exchange gradients and weights with it
     through shared memory (on Linux); the others, and every other call, use gRPC.
+
+    Starting a server limits BLAS to one thread in its process: the update is one pass
+    over memory per operation, which more threads hardly speed up, and idle BLAS
+    threads spin on the cores that the workers of the same host compute on.
 
     Args:
         host: Address to listen on. Defaults to `"127.0.0.1"`; use `"0.0.0.0"` to serve
@@ -93,6 +98,7 @@ class ParameterServer:
 
     def start(self) -> int:
         """Restores the newest checkpoint, if any, and starts serving; returns the port."""
+        threadpoolctl.threadpool_limits(limits=1, user_api="blas")
         self._restore()
         interceptors = [auth.TokenInterceptor(self.token)] if self.token else []
         # Each member of a pending group step holds a thread while it waits.

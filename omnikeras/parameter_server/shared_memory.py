@@ -26,8 +26,10 @@ from omnikeras.v1 import parameter_server_pb2 as pb
 
 _M = TypeVar("_M", bound=Message)
 
-# Every variable starts on a cache line, and numpy's vector loops see aligned arrays.
+# Every gradient starts on a cache line, and numpy's vector loops see aligned arrays.
 _ALIGNMENT = 64
+# See `SegmentLayout`.
+_WEIGHT_SKEW = 16
 # The largest message on the socket: a header or a reply, never tensor bytes.
 MAX_MESSAGE_BYTES = 1 << 16
 
@@ -35,13 +37,19 @@ MAX_MESSAGE_BYTES = 1 << 16
 @dataclass(frozen=True)
 class SegmentLayout:
     """Where each variable's gradient and weight lie in a segment: the gradient region,
-    then the weight region, each with the variables sorted by name.
+    then the weight region, each with the variables sorted by name, 64 bytes apart at
+    least.
+
+    The weights start 16 bytes past a 64-byte boundary. TensorFlow takes an array that a
+    `numpy_function` returns without a copy when it lies on a 64-byte boundary, and may
+    then make that memory a variable's storage, which the next push would overwrite; off
+    the boundary, it copies the weights into memory of its own, once.
 
     Example:
 
     >>> layout = SegmentLayout.of({"w": VariableSpec("w", np.dtype("<f4"), (3,))})
     >>> layout.segment_bytes
-    128
+    208
     """
 
     specs: tuple[VariableSpec, ...]
@@ -59,8 +67,12 @@ class SegmentLayout:
         return cls(ordered, tuple(offsets), max(position, _ALIGNMENT))
 
     @property
+    def weights_start(self) -> int:
+        return self.region_bytes + _ALIGNMENT + _WEIGHT_SKEW
+
+    @property
     def segment_bytes(self) -> int:
-        return 2 * self.region_bytes
+        return self.weights_start + self.region_bytes
 
     @property
     def digest(self) -> bytes:
@@ -69,11 +81,11 @@ class SegmentLayout:
         text = ";".join(
             f"{s.name}:{s.dtype.str}:{list(s.shape)}@{o}" for s, o in zip(self.specs, self.offsets)
         )
-        return hashlib.sha256(text.encode()).digest()
+        return hashlib.sha256(f"{text};weights@{self.weights_start}".encode()).digest()
 
     def views(self, segment: mmap.mmap) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         """The gradient arrays and the weight arrays, as views of `segment`."""
-        return self._region(segment, 0), self._region(segment, self.region_bytes)
+        return self._region(segment, 0), self._region(segment, self.weights_start)
 
     def _region(self, segment: mmap.mmap, start: int) -> dict[str, np.ndarray]:
         return {

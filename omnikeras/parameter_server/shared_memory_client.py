@@ -63,12 +63,14 @@ class SharedMemoryChannel:
             self.close()
             raise StatusError.of(answer)
         self.gradients, self.weights = layout.views(self._segment)
+        self._read_only_weights = {name: _read_only(w) for name, w in self.weights.items()}
 
     def push_pull(
         self, gradients: Mapping[str, np.ndarray], header: pb.PushHeader
     ) -> tuple[pb.PushReply, int, dict[str, np.ndarray]]:
         """Pushes `gradients` (every variable of the shard) and returns the push's outcome,
-        the weights' version and a copy of the weights."""
+        the weights' version and the weights: read-only views of the segment, valid until
+        the next push."""
         if gradients.keys() != self.gradients.keys():
             raise StatusError(
                 grpc.StatusCode.INVALID_ARGUMENT,
@@ -94,9 +96,13 @@ class SharedMemoryChannel:
             raise
         if reply.code:
             raise StatusError.of(reply)
-        # Copies: the next push overwrites the segment, and TensorFlow may adopt an
-        # aligned array's memory as a variable's buffer instead of copying it.
-        return reply.push, reply.model_version, {name: w.copy() for name, w in self.weights.items()}
+        return reply.push, reply.model_version, self._read_only_weights
 
     def close(self) -> None:
         self._connection.close()
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    view = array.view()
+    view.flags.writeable = False
+    return view

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.linalg.blas
 
 from omnikeras.parameter_server.errors import InvalidArgument
 from omnikeras.v1 import parameter_server_pb2 as pb
@@ -46,18 +47,48 @@ def apply_update(
     gradient: np.ndarray,
     hyperparameters: Hyperparameters,
 ) -> None:
-    """Updates `weight` and `velocity` in place; `gradient` is used as scratch space.
+    """Updates `weight` and `velocity` in place; `gradient` may be used as scratch space.
 
     `velocity` may be None only while momentum is 0.
     """
     lr, mu = hyperparameters.learning_rate, hyperparameters.momentum
+    blas = _BLAS.get(weight.dtype) if weight.dtype.isnative else None
+    if blas is None:
+        _apply_with_numpy(weight, velocity, gradient, lr, mu, hyperparameters.nesterov)
+        return
+    # One pass over the arrays per BLAS call, against two for most NumPy expressions of
+    # the same step (a temporary, then the operation): the update is memory-bound.
+    axpy, scal = blas
+    w, g = weight.reshape(-1), gradient.reshape(-1)
+    if velocity is None:
+        axpy(g, w, a=-lr)
+        return
+    v = velocity.reshape(-1)
+    scal(mu, v)
+    axpy(g, v, a=-lr)
+    if hyperparameters.nesterov:
+        axpy(v, w, a=mu)
+        axpy(g, w, a=-lr)
+    else:
+        axpy(v, w, a=1.0)
+
+
+_BLAS = {
+    np.dtype(np.float32): (scipy.linalg.blas.saxpy, scipy.linalg.blas.sscal),
+    np.dtype(np.float64): (scipy.linalg.blas.daxpy, scipy.linalg.blas.dscal),
+}
+
+
+def _apply_with_numpy(
+    weight: np.ndarray, velocity: np.ndarray | None, gradient: np.ndarray, lr: float, mu: float, nesterov: bool
+) -> None:
     np.multiply(gradient, weight.dtype.type(lr), out=gradient)
     if velocity is None:
         weight -= gradient
         return
     velocity *= weight.dtype.type(mu)
     velocity -= gradient
-    if hyperparameters.nesterov:
+    if nesterov:
         weight -= gradient
         np.multiply(velocity, weight.dtype.type(mu), out=gradient)
         weight += gradient

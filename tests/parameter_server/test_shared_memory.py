@@ -23,7 +23,9 @@ def test_variables_are_sorted_by_name_and_start_on_cache_lines() -> None:
     # 140 bytes round up to 192, 12 bytes to 64, 4 bytes to 64.
     assert layout.offsets == (0, 192, 256)
     assert layout.region_bytes == 320
-    assert layout.segment_bytes == 640
+    # The weights begin 16 bytes past the first cache line after the gradients.
+    assert layout.weights_start == 400
+    assert layout.segment_bytes == 720
 
 
 def test_the_two_regions_hold_every_variable_without_overlap() -> None:
@@ -35,6 +37,8 @@ def test_the_two_regions_hold_every_variable_without_overlap() -> None:
     for index, array in enumerate([*gradients.values(), *weights.values()]):
         assert np.all(array == index + 1)
     assert gradients["a"].shape == (5, 7) and weights["c"].shape == ()
+    assert all(array.ctypes.data % 64 == 0 for array in gradients.values())
+    assert all(array.ctypes.data % 64 == 16 for array in weights.values())
 
 
 def test_the_digest_tells_layouts_apart() -> None:

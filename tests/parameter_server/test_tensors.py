@@ -70,3 +70,18 @@ def _chunk(name: str = "w", dtype: str = "float32", shape: tuple[int, ...] = (4,
 def test_malformed_streams_are_refused(chunks: list[pb.TensorChunk], error: type, message: str) -> None:
     with pytest.raises(error, match=message):
         tensors.assemble(chunks, _expected())
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_all_finite_finds_every_nan_and_inf(dtype: str) -> None:
+    for size in (1, 7, 64, 1001):
+        assert tensors.all_finite(np.ones(size, dtype))
+        for position in {0, size // 2, size - 1}:
+            for value in (np.nan, np.inf, -np.inf):
+                array = np.ones(size, dtype)
+                array[position] = value
+                assert not tensors.all_finite(array), (size, position, value)
+    # Finite values whose sum overflows are still finite.
+    assert tensors.all_finite(np.full(8, np.finfo(dtype).max, dtype))
+    assert tensors.all_finite(np.zeros(0, dtype))
+    assert not tensors.all_finite(np.array([[1.0, np.nan], [1.0, 1.0]], dtype)[:, 1])

@@ -4,12 +4,13 @@ import pytest
 from omnikeras.parameter_server.update_rule import Hyperparameters, apply_update
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
 @pytest.mark.parametrize("momentum, nesterov", [(0.0, False), (0.9, False), (0.9, True), (0.5, True)])
-def test_matches_keras_sgd(momentum: float, nesterov: bool) -> None:
+def test_matches_keras_sgd(momentum: float, nesterov: bool, dtype: str) -> None:
     keras = pytest.importorskip("keras")
     rng = np.random.default_rng(0)
-    start = rng.normal(size=(3, 5)).astype(np.float32)
-    gradients = [rng.normal(size=(3, 5)).astype(np.float32) for _ in range(4)]
+    start = rng.normal(size=(3, 5)).astype(dtype)
+    gradients = [rng.normal(size=(3, 5)).astype(dtype) for _ in range(4)]
 
     variable = keras.Variable(start.copy())
     optimizer = keras.optimizers.SGD(learning_rate=0.1, momentum=momentum, nesterov=nesterov)
@@ -21,7 +22,8 @@ def test_matches_keras_sgd(momentum: float, nesterov: bool) -> None:
     for gradient in gradients:
         apply_update(weight, velocity, gradient.copy(), Hyperparameters(0.1, momentum, nesterov))
 
-    np.testing.assert_allclose(weight, keras.ops.convert_to_numpy(variable), rtol=1e-6, atol=1e-6)
+    tolerance = 1e-2 if dtype == "float16" else 1e-6
+    np.testing.assert_allclose(weight, keras.ops.convert_to_numpy(variable), rtol=tolerance, atol=tolerance)
 
 
 @pytest.mark.parametrize(

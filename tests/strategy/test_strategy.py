@@ -88,3 +88,21 @@ def test_shared_memory_and_grpc_train_bit_identical_models() -> None:
             server.stop()
     for through_memory, through_grpc in zip(trained[True], trained[False]):
         np.testing.assert_array_equal(through_memory, through_grpc)
+
+
+def test_the_model_keeps_no_memory_of_the_shared_segment(server) -> None:
+    strategy = omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,)))
+    model = _model(strategy, keras.optimizers.SGD, learning_rate=0.5)
+    changed: list[bool] = []
+
+    def overwrite_the_segment(batch: int, logs: dict) -> None:
+        # TensorFlow must have copied the weights the step handed it, since the next push
+        # overwrites the segment.
+        (channel,) = strategy.worker.client._channels
+        trained = model.get_weights()
+        for array in channel.weights.values():
+            array[...] = np.nan
+        changed.append(any(not np.array_equal(a, b) for a, b in zip(trained, model.get_weights())))
+
+    model.fit(*_data(), batch_size=32, epochs=1, verbose=0, callbacks=[keras.callbacks.LambdaCallback(on_train_batch_end=overwrite_the_segment)])
+    assert changed == [False, False, False]

@@ -1,0 +1,65 @@
+"""The training script that `strategy_overhead.py` runs, launched or as plain Keras.
+
+Trains one model on Fashion-MNIST with SGD(0.01, momentum 0.9) and batch 64 for a fixed
+number of steps and prints `RESULT {"mean_step_s": .., "median_step_s": .., "steps": ..}`,
+timed over the steps after the first `--warmup` (tracing, first allocations).
+"""
+
+import argparse
+import contextlib
+import json
+import pathlib
+import statistics
+import sys
+import time
+
+import keras
+
+import omnikeras
+from omnikeras.profiles.reference_cnn import reference_cnn
+
+# The main job's CNN, so that the benchmark times the model `make run` trains.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "examples"))
+import fashion_mnist as fashion_mnist_example  # noqa: E402
+
+BATCH = 64
+MODELS = {"main": fashion_mnist_example.build_model, "reference": reference_cnn}
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--model", choices=sorted(MODELS), required=True)
+parser.add_argument("--plain", action="store_true", help="plain Keras in this process, no strategy")
+parser.add_argument("--steps", type=int, default=300)
+parser.add_argument("--warmup", type=int, default=30)
+args = parser.parse_args()
+
+
+class StepClock(keras.callbacks.Callback):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ends: list[float] = []
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        self.ends.append(time.perf_counter())
+
+
+keras.utils.set_random_seed(0)
+(x_train, y_train), _ = omnikeras.datasets.fashion_mnist()
+examples = BATCH * args.steps
+x_train, y_train = x_train[:examples], y_train[:examples]
+strategy = None if args.plain else omnikeras.GroupedAsyncStrategy()
+with strategy.scope() if strategy else contextlib.nullcontext():
+    model = MODELS[args.model]()
+    model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9), loss="sparse_categorical_crossentropy")
+clock = StepClock()
+model.fit(x_train, y_train, batch_size=BATCH, epochs=1, callbacks=[clock], verbose=0)
+if strategy is None or strategy.config.is_chief:
+    steps = [b - a for a, b in zip(clock.ends[args.warmup :], clock.ends[args.warmup + 1 :])]
+    result = {
+        "mean_step_s": statistics.fmean(steps),
+        "median_step_s": statistics.median(steps),
+        "steps": len(clock.ends),
+        "parameters": model.count_params(),
+    }
+    if strategy is not None:
+        result["shared_memory"] = bool(strategy.worker.client.shared_memory_shards)
+    print("RESULT " + json.dumps(result), flush=True)
