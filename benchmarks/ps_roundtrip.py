@@ -1,10 +1,10 @@
-"""Round trip and update rate of the parameter server over loopback.
+"""Round trip and update rate of the parameter server, over loopback and shared memory.
 
-Three figures, printed as the last line of stdout, one JSON object:
+Four figures, printed as the last line of stdout, one JSON object:
 
 * `roundtrip_vs_echo_1M`, `roundtrip_vs_echo_25M`: the time of one worker's `push_pull`
-  of 1M (25M) float32 parameters, over the time of a bare gRPC echo of the same bytes, in
-  the same chunk size, in the same run. The echo is the floor any push-then-pull protocol
+  of 1M (25M) float32 parameters over gRPC, over the time of a bare gRPC echo of the same
+  bytes, in the same chunk size, in the same run. The echo is the floor any push-then-pull protocol
   over gRPC Python can reach: a tiny service with identity (bytes) serializers whose server
   takes the whole upload, then streams it back. It stores before it forwards, as a push
   must be whole before its update can be applied and the new weights sent. The parameter
@@ -14,10 +14,14 @@ Three figures, printed as the last line of stdout, one JSON object:
   comes and goes weighs on both halves of a pair alike, and the median drops the pairs it
   split. Progress also shows the CPU time of both (client and server process together),
   which load on the machine hardly changes.
+* `same_host_roundtrip_vs_echo_25M`: the same 25M `push_pull` through the shared-memory
+  exchange that a worker on the server's host uses, over the same gRPC echo: what the
+  same-host path saves against the cheapest gRPC round trip.
 * `pushes_per_s_8x100K`: pushes per second, in total, of 8 worker processes that
   `push_pull` 100K float32 parameters in a loop against a server with 8 groups (fully
-  asynchronous: each worker's push is an update of its own); the median over one-second
-  windows, for the same reason. Processes rather than threads, as real workers are: in
+  asynchronous: each worker's push is an update of its own), as workers on the server's
+  host do (through shared memory); the median over one-second windows, for the same
+  reason. Progress also shows the rate over gRPC. Processes rather than threads, as real workers are: in
   one process, the workers' encoding and decoding would take turns on one GIL.
 
 Progress goes to stderr. `--quick` runs a few repetitions only, for a correctness check.
@@ -205,10 +209,12 @@ class Timings:
         self.cpu += time.process_time() + cpu_seconds(self.server_pid) - cpu_before
 
 
-def roundtrip_ratio(parameters: int, repetitions: int, echo: EchoClient, echo_pid: int) -> float:
+def roundtrip_ratio(
+    parameters: int, repetitions: int, echo: EchoClient, echo_pid: int, shared_memory: bool
+) -> float:
     ps = start_ps(groups=1)
     try:
-        with ParameterServerClient([ps.address]) as client:
+        with ParameterServerClient([ps.address], shared_memory=shared_memory) as client:
             client.register()
             client.init_model({"w": np.zeros(parameters, np.float32)}, _HYPERPARAMETERS)
             grad = gradient(parameters, seed=parameters)
@@ -227,6 +233,8 @@ def roundtrip_ratio(parameters: int, repetitions: int, echo: EchoClient, echo_pi
             # Untimed: connections, caches and the allocator warm up.
             push_pull()
             echo_round_trip()
+            if bool(client.shared_memory_shards) != shared_memory:
+                raise RuntimeError(f"push_pull did not take the {transport(shared_memory)} path")
             ours, bare = Timings(ps.popen.pid), Timings(echo_pid)
             for repetition in range(repetitions):
                 # Alternate which goes first, so a trend in the noise weighs on both.
@@ -242,7 +250,7 @@ def roundtrip_ratio(parameters: int, repetitions: int, echo: EchoClient, echo_pi
     ours_ms, bare_ms = statistics.median(ours.wall) * 1e3, statistics.median(bare.wall) * 1e3
     log(
         f"{parameters:>11,} float32 ({grad.nbytes / 2**20:.1f} MiB, {len(chunks)} chunks), "
-        f"{repetitions} pairs: push_pull median {ours_ms:.1f} ms (min {min(ours.wall) * 1e3:.1f}), "
+        f"{repetitions} pairs: push_pull over {transport(shared_memory)} median {ours_ms:.1f} ms (min {min(ours.wall) * 1e3:.1f}), "
         f"echo median {bare_ms:.1f} ms (min {min(bare.wall) * 1e3:.1f}); median ratio {ratio:.3f}, "
         f"ratio of medians {ours_ms / bare_ms:.3f}, ratio of minima "
         f"{min(ours.wall) / min(bare.wall):.3f}; CPU per round trip {ours.cpu / repetitions * 1e3:.1f} ms "
@@ -254,14 +262,18 @@ def roundtrip_ratio(parameters: int, repetitions: int, echo: EchoClient, echo_pi
 # Update rate -----------------------------------------------------------------------------
 
 
-def push_worker(address: str, parameters: int, seconds: float) -> int:
+def transport(shared_memory: bool) -> str:
+    return "shared memory" if shared_memory else "gRPC"
+
+
+def push_worker(address: str, parameters: int, seconds: float, shared_memory: bool) -> int:
     """One worker of the update-rate run.
 
     Prints "ready" once registered and warmed up, waits for a line on stdin (the start
     signal), pushes for `seconds`, then prints when (`time.monotonic`, the same clock in
     every process) each push completed.
     """
-    with ParameterServerClient([address]) as client:
+    with ParameterServerClient([address], shared_memory=shared_memory) as client:
         client.register()
         client.pull(wait_for_model=30)
         grad = gradient(parameters, seed=os.getpid())
@@ -282,7 +294,7 @@ def push_worker(address: str, parameters: int, seconds: float) -> int:
     return 0
 
 
-def update_rate(workers: int, parameters: int, seconds: float) -> float:
+def update_rate(workers: int, parameters: int, seconds: float, shared_memory: bool) -> float:
     ps = start_ps(groups=workers)
     try:
         with ParameterServerClient([ps.address]) as client:
@@ -290,7 +302,7 @@ def update_rate(workers: int, parameters: int, seconds: float) -> float:
         argv = [
             sys.executable, __file__, "--push-worker", ps.address,
             "--parameters", str(parameters), "--seconds", str(seconds),
-        ]  # fmt: skip
+        ] + ([] if shared_memory else ["--no-shared-memory"])  # fmt: skip
         children = [
             subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
             for _ in range(workers)
@@ -326,7 +338,7 @@ def update_rate(workers: int, parameters: int, seconds: float) -> float:
                 windows[window] += 1
     rate = statistics.median(windows)
     log(
-        f"{workers} workers x {parameters:,} float32, {workers} groups: {rate:.0f} pushes/s "
+        f"{workers} workers x {parameters:,} float32, {workers} groups, {transport(shared_memory)}: {rate:.0f} pushes/s "
         f"(median of one-second windows {windows}; per worker "
         f"{sorted(len(times) for times in completed)} in {seconds:.0f} s)"
     )
@@ -343,13 +355,20 @@ def run(settings: Settings) -> dict[str, float]:
     try:
         for parameters in settings.roundtrip_sizes:
             ratio = roundtrip_ratio(
-                parameters, settings.repetitions[parameters], echo, echo_server.popen.pid
+                parameters, settings.repetitions[parameters], echo, echo_server.popen.pid, shared_memory=False
             )
             results[f"roundtrip_vs_echo_{parameters // 1_000_000}M"] = round(ratio, 3)
+        parameters = settings.roundtrip_sizes[-1]
+        ratio = roundtrip_ratio(
+            parameters, settings.repetitions[parameters], echo, echo_server.popen.pid, shared_memory=True
+        )
+        results[f"same_host_roundtrip_vs_echo_{parameters // 1_000_000}M"] = round(ratio, 3)
     finally:
         echo.close()
         echo_server.stop()
-    rate = update_rate(settings.update_workers, settings.update_parameters, settings.update_seconds)
+    update = (settings.update_workers, settings.update_parameters, settings.update_seconds)
+    update_rate(*update, shared_memory=False)
+    rate = update_rate(*update, shared_memory=True)
     key = f"pushes_per_s_{settings.update_workers}x{settings.update_parameters // 1000}K"
     results[key] = round(float(rate), 1)
     return results
@@ -363,11 +382,12 @@ def main() -> int:
     parser.add_argument("--push-worker", metavar="ADDRESS", help=argparse.SUPPRESS)
     parser.add_argument("--parameters", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--seconds", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--no-shared-memory", dest="shared_memory", action="store_false", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_echo:
         return serve_echo()
     if args.push_worker:
-        return push_worker(args.push_worker, args.parameters, args.seconds)
+        return push_worker(args.push_worker, args.parameters, args.seconds, args.shared_memory)
     results = run(QUICK if args.quick else FULL)
     print(json.dumps(results), flush=True)
     return 0

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from omnikeras.parameter_server import parallel
 from omnikeras.parameter_server.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
 from omnikeras.parameter_server.model_state import ModelState
 from omnikeras.parameter_server.server_state import ServerState
@@ -232,7 +233,7 @@ class GroupCoordinator:
         with self._cond:
             self.model.require_initialized()
             for name, array in out.items():
-                np.copyto(array, self.model.weights[name])
+                parallel.copy(array, self.model.weights[name])
             return self.model.version
 
     def count_rejected_non_finite(self) -> None:

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import grpc
 import numpy as np
 
-from omnikeras.parameter_server import shared_memory
+from omnikeras.parameter_server import parallel, shared_memory
 from omnikeras.parameter_server.shared_memory import SegmentLayout, StatusError
 from omnikeras.parameter_server.tensors import VariableSpec
 from omnikeras.v1 import parameter_server_pb2 as pb
@@ -84,7 +84,7 @@ class SharedMemoryChannel:
                     f"variable {name!r}: got {gradient.dtype.name}{list(gradient.shape)}, "
                     f"expected {target.dtype.name}{list(target.shape)}",
                 )
-            np.copyto(target, gradient)
+            parallel.copy(target, gradient)
         try:
             shared_memory.send(self._connection, header)
             reply = shared_memory.receive(self._connection, pb.SharedMemoryReply)

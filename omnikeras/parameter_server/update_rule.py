@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg.blas
 
+from omnikeras.parameter_server import parallel
 from omnikeras.parameter_server.errors import InvalidArgument
 from omnikeras.v1 import parameter_server_pb2 as pb
 
@@ -51,10 +52,14 @@ def apply_update(
 
     `velocity` may be None only while momentum is 0.
     """
-    lr, mu = hyperparameters.learning_rate, hyperparameters.momentum
+    lr, mu, nesterov = hyperparameters.learning_rate, hyperparameters.momentum, hyperparameters.nesterov
+    arrays = (weight, gradient) if velocity is None else (weight, gradient, velocity)
+    if parallel.worth_splitting(*arrays):
+        parallel.split_pass(lambda w, g, v=None: _apply_with_numpy(w, v, g, lr, mu, nesterov), *arrays)
+        return
     blas = _BLAS.get(weight.dtype) if weight.dtype.isnative else None
     if blas is None:
-        _apply_with_numpy(weight, velocity, gradient, lr, mu, hyperparameters.nesterov)
+        _apply_with_numpy(weight, velocity, gradient, lr, mu, nesterov)
         return
     # One pass over the arrays per BLAS call, against two for most NumPy expressions of
     # the same step (a temporary, then the operation): the update is memory-bound.
@@ -66,7 +71,7 @@ def apply_update(
     v = velocity.reshape(-1)
     scal(mu, v)
     axpy(g, v, a=-lr)
-    if hyperparameters.nesterov:
+    if nesterov:
         axpy(v, w, a=mu)
         axpy(g, w, a=-lr)
     else:

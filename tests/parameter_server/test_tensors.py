@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from omnikeras.parameter_server import tensors
+from omnikeras.parameter_server import parallel, tensors
 from omnikeras.parameter_server.errors import InvalidArgument, NotFound
 from omnikeras.v1 import parameter_server_pb2 as pb
 
@@ -85,3 +85,12 @@ def test_all_finite_finds_every_nan_and_inf(dtype: str) -> None:
     assert tensors.all_finite(np.full(8, np.finfo(dtype).max, dtype))
     assert tensors.all_finite(np.zeros(0, dtype))
     assert not tensors.all_finite(np.array([[1.0, np.nan], [1.0, 1.0]], dtype)[:, 1])
+
+
+def test_all_finite_checks_both_halves_of_a_large_array() -> None:
+    array = np.ones(parallel.SPLIT_ELEMENTS + 1, np.float32)
+    assert tensors.all_finite(array)
+    for position in (0, array.size // 2 - 1, array.size // 2, array.size - 1):
+        array[position] = np.nan
+        assert not tensors.all_finite(array), position
+        array[position] = 1.0

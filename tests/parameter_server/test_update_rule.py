@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 
+from omnikeras.parameter_server import parallel
 from omnikeras.parameter_server.update_rule import Hyperparameters, apply_update
 
 
@@ -38,3 +39,20 @@ def test_matches_keras_sgd(momentum: float, nesterov: bool, dtype: str) -> None:
 def test_bad_hyperparameters_are_refused(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         Hyperparameters(**kwargs)
+
+
+@pytest.mark.parametrize("momentum, nesterov", [(0.0, False), (0.9, False), (0.9, True)])
+def test_large_arrays_split_over_two_threads_get_the_same_update(momentum: float, nesterov: bool) -> None:
+    rng = np.random.default_rng(0)
+    size = parallel.SPLIT_ELEMENTS + 3
+    start, gradient = rng.normal(size=size).astype(np.float32), rng.normal(size=size).astype(np.float32)
+    hyperparameters = Hyperparameters(0.1, momentum, nesterov)
+    split_weight, split_velocity = start.copy(), np.full(size, 0.5, np.float32) if momentum else None
+    apply_update(split_weight, split_velocity, gradient.copy(), hyperparameters)
+    # The same update, one small piece at a time: below the split threshold.
+    for piece in np.array_split(np.arange(size), 8):
+        weight, velocity = start[piece], np.full(piece.size, 0.5, np.float32) if momentum else None
+        apply_update(weight, velocity, gradient[piece].copy(), hyperparameters)
+        np.testing.assert_allclose(split_weight[piece], weight, rtol=1e-6, atol=1e-6)
+        if momentum:
+            np.testing.assert_allclose(split_velocity[piece], velocity, rtol=1e-6, atol=1e-6)
