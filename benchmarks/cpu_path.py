@@ -2,14 +2,17 @@
 
 Three figures, printed as the last line of stdout, one JSON object:
 
-* `merged_vs_4_processes`: examples/s of the merged path (ONE process training the whole
-  batch of 256 per step, with the thread settings that `omnikeras.profiles` measures here
-  first) over examples/s of 4 plain Keras worker processes training their quarter of the
-  batch (64) each, at the same time, with TensorFlow's and Keras' defaults: what a naive
-  deployment of 4 workers on this machine runs.
+* `merged_vs_4_processes`: examples/s of the merged path as users run it (ONE worker
+  process training the group's whole batch of 256 per step under `GroupedAsyncStrategy`,
+  through a parameter server of its own, with the thread settings that
+  `omnikeras.profiles` measures here first) over examples/s of 4 worker processes through
+  one parameter server, each its own group (fully asynchronous: nobody waits), training
+  a batch of 64 each at the same time with the thread settings the launcher gives them
+  (`omnikeras launch --workers 4 --groups 4 --no-merge`).
 * `merged_vs_plain_keras`: the merged path over plain Keras `fit` in one process with
   TensorFlow's default threads and Keras' defaults (`jit_compile="auto"`, which leaves XLA
-  off on a machine without a GPU and turns it on where there is one), same batch of 256.
+  off on a machine without a GPU and turns it on where there is one), same batch of 256,
+  no parameter server: what the user would run instead.
 * `flops_fraction_of_matmul`: the merged path's training FLOP/s over the FLOP/s of a
   2048x2048 float32 matmul with TensorFlow's default threads, measured in the same rounds.
   Training FLOPs are counted analytically: 2 x multiply-adds of the convolutions and dense
@@ -17,9 +20,10 @@ Three figures, printed as the last line of stdout, one JSON object:
   backward.
 
 The model is `omnikeras.profiles.reference_cnn` (28x28x1 input, two 3x3 convolutions of
-32 and 64 channels, ~1.2M parameters). The merged path trains with `fit` and
-`jit_compile=False`, as it does under `GroupedAsyncStrategy`. All sides are compute only:
-no parameter server (its cost is measured by benchmarks/strategy_overhead.py).
+32 and 64 channels, ~1.2M parameters). The strategy's workers exchange with their
+parameter server (an `omnikeras ps` process) through shared memory, as on any single host.
+Each side's rate counts the steps of a round from the end of its first step to the end of
+its last, so that joining and leaving the cluster at every `fit` is not counted.
 
 Every side runs in processes of its own, started once and kept waiting, because thread
 settings are fixed when TensorFlow's runtime starts. Round after round the sides take
@@ -47,29 +51,50 @@ MATMUL_SIZE = 2048
 # The child processes: each builds the model once, then trains when told ------------------
 
 
-def child(role: str, batch: int, steps: int) -> None:
-    """Serves commands on stdin: `train` (answers start and end times) and `matmul`."""
+def child(role: str, batch: int, steps: int, server: str | None, index: int, workers: int) -> None:
+    """Serves commands on stdin: `train` (answers the examples trained and when the first
+    and last steps ended) and `matmul`."""
+    import contextlib
+
     import keras
     import numpy as np
     import tensorflow as tf
 
+    import omnikeras
     from omnikeras.profiles.reference_cnn import reference_cnn
 
-    model = reference_cnn()
-    jit = {"jit_compile": False} if role in ("merged", "plain_no_xla") else {}
-    model.compile(keras.optimizers.SGD(0.01), "sparse_categorical_crossentropy", **jit)
+    class StepClock(keras.callbacks.Callback):
+        """`time.monotonic()` at the end of every training step."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.ends: list[float] = []
+
+        def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+            self.ends.append(time.monotonic())
+
+    scope = contextlib.nullcontext()
+    if server is not None:
+        config = omnikeras.WorkerConfig((server,), worker_index=index, num_workers=workers)
+        scope = omnikeras.GroupedAsyncStrategy(config).scope()
+    with scope:
+        model = reference_cnn()
+        jit = {} if role == "plain" else {"jit_compile": False}
+        model.compile(keras.optimizers.SGD(0.01), "sparse_categorical_crossentropy", **jit)
     rng = np.random.default_rng(0)
-    x = rng.random((batch * steps, 28, 28, 1), dtype=np.float32)
-    y = rng.integers(0, 10, batch * steps)
-    model.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0)
+    # Under the strategy, each of `workers` groups takes every `workers`-th batch.
+    x = rng.random((batch * steps * workers, 28, 28, 1), dtype=np.float32)
+    y = rng.integers(0, 10, batch * steps * workers)
+    clock = StepClock()
+    model.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0, callbacks=[clock])
     a = tf.random.normal((MATMUL_SIZE, MATMUL_SIZE))
     matmul = tf.function(lambda a: tf.matmul(a, a))
     reply({"ready": True, "training_flops": training_flops(model)})
     for command in sys.stdin:
         if command.strip() == "train":
-            start = time.monotonic()
-            model.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0)
-            reply({"start": start, "end": time.monotonic()})
+            clock.ends.clear()
+            model.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0, callbacks=[clock])
+            reply({"examples": batch * (len(clock.ends) - 1), "start": clock.ends[0], "end": clock.ends[-1]})
         elif command.strip() == "matmul":
             matmul(a).numpy()
             count, start = 0, time.monotonic()
@@ -103,15 +128,21 @@ def reply(message: dict) -> None:
 
 
 class Side:
-    """Worker processes of one side, started once, each training `batch` per step."""
+    """Worker processes of one side, started once, each training `batch` per step; with
+    `server`, through that parameter server, as the workers of one cluster."""
 
-    def __init__(self, role: str, processes: int, batch: int, steps: int, env: dict[str, str]) -> None:
+    def __init__(
+        self, role: str, batch: int, steps: int, environments: list[dict[str, str]], server: str | None = None
+    ) -> None:
         self.role, self.batch, self.steps = role, batch, steps
-        command = [sys.executable, __file__, "--child", role, "--batch", str(batch), "--steps", str(steps)]
-        self.children = [
-            subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
-            for _ in range(processes)
-        ]
+        workers = len(environments)
+        self.children = []
+        for index, env in enumerate(environments):
+            command = [
+                sys.executable, __file__, "--child", role, "--batch", str(batch), "--steps", str(steps),
+                "--index", str(index), "--workers", str(workers),
+            ] + (["--server", server] if server else [])  # fmt: skip
+            self.children.append(subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env))
         self.training_flops = 0
 
     def wait_ready(self) -> None:
@@ -120,12 +151,13 @@ class Side:
             self.training_flops = message["training_flops"]
 
     def examples_per_second(self) -> float:
-        """All processes train at once; examples over the time from first start to last end."""
+        """All processes train at once; their examples over the time from the first end of
+        a first step to the last end of a last step."""
         for child_process in self.children:
             self._send(child_process, "train")
-        times = [self._read(child_process) for child_process in self.children]
-        elapsed = max(t["end"] for t in times) - min(t["start"] for t in times)
-        return len(self.children) * self.batch * self.steps / elapsed
+        rounds = [self._read(child_process) for child_process in self.children]
+        elapsed = max(r["end"] for r in rounds) - min(r["start"] for r in rounds)
+        return sum(r["examples"] for r in rounds) / elapsed
 
     def matmul_flops(self) -> float:
         self._send(self.children[0], "matmul")
@@ -160,11 +192,17 @@ def main() -> int:
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--batch", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--steps", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--server", help=argparse.SUPPRESS)
+    parser.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--workers", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.batch, args.steps)
+        child(args.child, args.batch, args.steps, args.server, args.index, args.workers)
         return 0
 
+    from omnikeras.launcher.processes import start_parameter_server
+    from omnikeras.launcher.worker_plan import plan_workers
+    from omnikeras.profiles.hardware import cpu_count
     from omnikeras.profiles.model_spec import REFERENCE
     from omnikeras.profiles.thread_search import search_thread_settings
 
@@ -179,11 +217,18 @@ def main() -> int:
 
     base = {k: v for k, v in os.environ.items() if not k.startswith("TF_NUM_")}
     base |= {"TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "-1"}
+    unmerged = plan_workers(PROCESSES, PROCESSES, gpus=0, cores=cpu_count(), merge=False, threads=threads)
+    quiet = open(os.devnull, "w")
+    (merged_server, merged_address), (shared_server, shared_address) = (
+        start_parameter_server(["--groups", str(groups)], log=quiet) for groups in (1, PROCESSES)
+    )
     sides = {
-        "merged": Side("merged", 1, BATCH, steps, base | threads.environment()),
-        "4 processes": Side("plain", PROCESSES, BATCH // PROCESSES, steps, base),
-        "plain Keras": Side("plain", 1, BATCH, steps, base),
-        "plain Keras, no XLA": Side("plain_no_xla", 1, BATCH, steps, base),
+        "merged": Side("merged", BATCH, steps, [base | threads.environment()], merged_address),
+        "4 processes": Side(
+            "worker", BATCH // PROCESSES, steps, [base | env for env in unmerged.environments], shared_address
+        ),
+        "plain Keras": Side("plain", BATCH, steps, [base]),
+        "plain Keras, no XLA": Side("plain_no_xla", BATCH, steps, [base]),
     }
     try:
         for side in sides.values():
@@ -210,6 +255,8 @@ def main() -> int:
     finally:
         for side in sides.values():
             side.stop()
+        for server in (merged_server, shared_server):
+            server.terminate()
     log(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     log(f"merged vs plain Keras without XLA (not a goal figure): {statistics.median(ratios['plain Keras, no XLA']):.3f}")
     print(json.dumps({

@@ -167,6 +167,8 @@ class _Cluster:
         env = dict(os.environ)
         env[ENV_VAR] = config.to_json()
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        # A worker that crashes in native code leaves its threads' Python stacks in its log.
+        env.setdefault("PYTHONFAULTHANDLER", "1")
         for name, value in settings.items():
             # Thread settings the user exported win over the plan's.
             if name.startswith("TF_NUM_"):

@@ -1,0 +1,184 @@
+"""Where the time of a training step through the parameter server goes.
+
+Trains one model (the main job's CNN, or `--model reference`) in this process, batch 64,
+against an `omnikeras ps` process of its own, in four ways that alternate round after
+round: plain Keras; `GroupedAsyncStrategy` whose exchange is replaced by handing back
+weights prepared beforehand (what TensorFlow's side of the hook costs alone); the
+strategy over gRPC; the strategy through shared memory (the default on one host). For
+the two real exchanges it times, per step, the exchange as the step sees it (the
+`numpy_function` body), and inside it the copy of the gradients into the segment and the
+wait for the server's reply; the server reports its own mean time per update.
+
+Progress and the table go to stderr; the last line of stdout is one JSON object of
+milliseconds per step: `{"plain_ms", "hook_only_ms", "grpc_ms", "shared_memory_ms",
+"grpc_exchange_ms", "shared_memory_exchange_ms", "shared_memory_copy_in_ms",
+"shared_memory_wait_ms", "server_update_ms"}`.
+
+    .venv/bin/python benchmarks/step_breakdown.py [--model reference] [--quick]
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+import omnikeras  # noqa: E402
+from omnikeras.launcher.processes import start_parameter_server  # noqa: E402
+from omnikeras.parameter_server import shared_memory_client  # noqa: E402
+from omnikeras.profiles.reference_cnn import reference_cnn  # noqa: E402
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "examples"))
+import fashion_mnist as fashion_mnist_example  # noqa: E402
+
+BATCH = 64
+MODELS = {"main": fashion_mnist_example.build_model, "reference": reference_cnn}
+
+
+class StepClock(keras.callbacks.Callback):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ends: list[float] = []
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        self.ends.append(time.perf_counter())
+
+
+class Stopwatch:
+    """Seconds spent in each call of the wrapped functions, by name."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, list[float]] = {}
+
+    def wrap(self, name: str, function: Callable) -> Callable:
+        times = self.seconds.setdefault(name, [])
+
+        def timed(*args: object, **kwargs: object) -> object:
+            started = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                times.append(time.perf_counter() - started)
+
+        return timed
+
+    def mean_ms(self, name: str, skip: int) -> float:
+        times = self.seconds.get(name, [])[skip:]
+        return statistics.fmean(times) * 1e3 if times else float("nan")
+
+    def clear(self) -> None:
+        for times in self.seconds.values():
+            times.clear()
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", choices=sorted(MODELS), default="main")
+    parser.add_argument("--quick", action="store_true", help="one short round, for a correctness check")
+    args = parser.parse_args()
+    rounds, steps, warmup = (1, 12, 4) if args.quick else (5, 200, 20)
+    build = MODELS[args.model]
+
+    (x, y), _ = omnikeras.datasets.fashion_mnist()
+    x, y = x[: BATCH * steps], y[: BATCH * steps]
+    watch = Stopwatch()
+    # The two parts of a push_pull through shared memory: the worker's copy of its
+    # gradients into the segment, and everything until the reply (the server's work).
+    channel = shared_memory_client.SharedMemoryChannel
+    copy_in, reply = shared_memory_client.parallel.copy, shared_memory_client.shared_memory.receive
+    shared_memory_client.parallel.copy = watch.wrap("copy_in", copy_in)
+    shared_memory_client.shared_memory.receive = watch.wrap("wait", reply)
+
+    def compiled() -> keras.Model:
+        model = build()
+        model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9), loss="sparse_categorical_crossentropy")
+        return model
+
+    servers = []
+    models: dict[str, keras.Model] = {"plain": compiled()}
+    strategies = {}
+    for name, shared_memory in (("hook only", True), ("gRPC", False), ("shared memory", True)):
+        server, address = start_parameter_server([], log=open(os.devnull, "w"))
+        servers.append(server)
+        strategy = omnikeras.GroupedAsyncStrategy(omnikeras.WorkerConfig((address,), shared_memory=shared_memory))
+        with strategy.scope():
+            models[name] = compiled()
+        strategies[name] = strategy
+        strategy.worker.push_pull = watch.wrap(name, strategy.worker.push_pull)
+    prepared: list[np.ndarray] = []
+
+    def hand_back_prepared(*gradients: np.ndarray) -> list[np.ndarray]:
+        # Off a 64-byte boundary, as the segment's weights are: TensorFlow copies them.
+        if not prepared:
+            for gradient in gradients:
+                room = np.zeros(gradient.nbytes + 64, np.uint8)
+                start = (-room.ctypes.data) % 64 + 16
+                prepared.append(room[start : start + gradient.nbytes].view(gradient.dtype).reshape(gradient.shape))
+        return prepared
+
+    strategies["hook only"].worker.push_pull = hand_back_prepared
+    step_ms: dict[str, list[float]] = {name: [] for name in models}
+    exchange_ms: dict[str, list[float]] = {"gRPC": [], "shared memory": [], "copy_in": [], "wait": []}
+    try:
+        for round_index in range(rounds):
+            for name, model in models.items():
+                watch.clear()
+                clock = StepClock()
+                model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[clock])
+                times = [b - a for a, b in zip(clock.ends[warmup:], clock.ends[warmup + 1 :])]
+                step_ms[name].append(statistics.fmean(times) * 1e3)
+                if name in ("gRPC", "shared memory"):
+                    exchange_ms[name].append(watch.mean_ms(name, warmup))
+                if name == "shared memory":
+                    exchange_ms["copy_in"].append(watch.mean_ms("copy_in", warmup) * len(model.trainable_variables))
+                    exchange_ms["wait"].append(watch.mean_ms("wait", warmup))
+            log(f"round {round_index + 1}/{rounds}: " + ", ".join(f"{n} {v[-1]:.2f} ms/step" for n, v in step_ms.items()))
+        server_update_ms = strategies["shared memory"].worker.client.stats()[0].mean_apply_seconds * 1e3
+    finally:
+        for server in servers:
+            server.terminate()
+
+    step = {name: statistics.median(values) for name, values in step_ms.items()}
+    exchange = {name: statistics.median(values) for name, values in exchange_ms.items()}
+    log(f"\n{args.model} CNN ({models['plain'].count_params():,} parameters), batch {BATCH}, medians of {rounds} rounds:")
+    for name, label in (
+        ("plain", "plain Keras"),
+        ("hook only", "strategy, exchange replaced"),
+        ("gRPC", "strategy over gRPC"),
+        ("shared memory", "strategy through shared memory"),
+    ):
+        log(f"  {label:<32s}{step[name]:7.2f} ms/step (+{step[name] - step['plain']:.2f})")
+    log(f"  the exchange over gRPC          {exchange['gRPC']:7.2f} ms")
+    log(
+        f"  the exchange, shared memory     {exchange['shared memory']:7.2f} ms: gradients into the segment "
+        f"{exchange['copy_in']:.2f}, waiting for the reply {exchange['wait']:.2f} "
+        f"(of which the server's update {server_update_ms:.2f})"
+    )
+    print(json.dumps({
+        "plain_ms": round(step["plain"], 3),
+        "hook_only_ms": round(step["hook only"], 3),
+        "grpc_ms": round(step["gRPC"], 3),
+        "shared_memory_ms": round(step["shared memory"], 3),
+        "grpc_exchange_ms": round(exchange["gRPC"], 3),
+        "shared_memory_exchange_ms": round(exchange["shared memory"], 3),
+        "shared_memory_copy_in_ms": round(exchange["copy_in"], 3),
+        "shared_memory_wait_ms": round(exchange["wait"], 3),
+        "server_update_ms": round(server_update_ms, 3),
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
