@@ -108,7 +108,9 @@ def test_regrouping_mid_run_loses_no_update(start_server) -> None:
     stats = clients[0].stats()[0]
     assert len(stats.groups) == 4
     assert stats.pushes_received == 4 * 60
-    np.testing.assert_array_equal(clients[0].pull().weights["w"], expected)
+    # A step flushed by the regrouping may combine three members, whose mean float32
+    # cannot hold exactly.
+    np.testing.assert_allclose(clients[0].pull().weights["w"], expected, rtol=1e-6)
 
 
 def test_pull_only_if_newer_sends_nothing_when_current(start_server) -> None:
