@@ -13,7 +13,7 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
         help="run a training script on a local cluster",
         description="Starts parameter servers and worker processes of SCRIPT on this machine.",
     )
-    parser.add_argument("--workers", type=int, default=4, help="worker processes (default: %(default)s)")
+    parser.add_argument("--workers", type=int, help="worker processes (default: 4, or the emulated cluster's)")
     parser.add_argument("--groups", type=int, default=1, help="compute groups (default: %(default)s)")
     parser.add_argument("--ps-shards", type=int, default=1, help="parameter-server processes (default: %(default)s)")
     parser.add_argument(
@@ -32,6 +32,20 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
     parser.add_argument(
         "--no-shared-memory", dest="shared_memory", action="store_false",
         help="send gradients and weights over gRPC, as to servers on another host, not through shared memory",
+    )
+    parser.add_argument(
+        "--emulate",
+        metavar="SPEC",
+        help="run on an emulated cluster (needs root): a built-in spec (cpu-cluster-1gbit, mixed) "
+        "or a JSON/YAML spec file of hosts, CPU caps, link bandwidth and faults",
+    )
+    parser.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="KIND:TARGET@AT[+SECONDS]",
+        help="inject a fault into the emulated cluster, AT seconds after training begins (every worker joined): "
+        "pause:HOST@AT+SECONDS, kill-worker:HOST@AT, kill-ps:SHARD@AT, cut-link:SHARD@AT+SECONDS (repeatable)",
     )
     parser.add_argument("--group-timeout", type=float, default=60.0, help="seconds a group waits for a missing member (default: %(default)s)")
     parser.add_argument("--token", help="shared secret between servers and workers")
@@ -58,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
             profile=args.profile,
             merge=args.merge,
             shared_memory=args.shared_memory,
+            emulate=args.emulate,
+            faults=args.fault,
         )
     except (ValueError, OSError, LaunchError, RuntimeError) as error:
         print(f"omnikeras launch: {error}", file=sys.stderr)

@@ -1,17 +1,21 @@
 """`launch`: a local cluster of parameter-server shards and worker processes."""
 
+import contextlib
 import datetime
 import os
 import pathlib
 import signal
+import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from types import FrameType
 
 from omnikeras.config import ENV_VAR, WorkerConfig
+from omnikeras.emulation import ClusterSpec, EmulatedCluster, FaultInjector, FaultSpec, HostSpec
 from omnikeras.launcher.processes import Child, ServerStartError, start_parameter_server
-from omnikeras.launcher.worker_plan import WorkerPlan, plan_workers
+from omnikeras.launcher.worker_plan import WorkerPlan, plan_emulated_workers, plan_workers
 from omnikeras.profiles.hardware import cpu_count, visible_gpu_count
 from omnikeras.profiles.profile import ClusterProfile
 from omnikeras.profiles.thread_cache import cached_thread_settings
@@ -26,7 +30,7 @@ class LaunchError(RuntimeError):
 def launch(
     script: str,
     script_args: Sequence[str] = (),
-    workers: int = 4,
+    workers: int | None = None,
     groups: int = 1,
     ps_shards: int = 1,
     throughputs: Sequence[float] | None = None,
@@ -37,6 +41,8 @@ def launch(
     profile: ClusterProfile | str | os.PathLike[str] | None = None,
     merge: bool = True,
     shared_memory: bool = True,
+    emulate: ClusterSpec | str | None = None,
+    faults: Sequence[FaultSpec | str] = (),
 ) -> int:
     """Runs `script` on a local cluster and returns its exit status.
 
@@ -51,10 +57,19 @@ def launch(
     fails, its group carries on without it and the failure is reported at the end. No
     process is left behind, also on Ctrl-C.
 
+    With `emulate`, the cluster runs on emulated hosts (see `omnikeras.emulation`): every
+    process inside a private network namespace made for the run, each host's worker in
+    cgroups that cap its CPU, the parameter servers behind a link shaped to the spec's
+    bandwidth, and the spec's faults (and `faults`) injected on schedule, each reported
+    on stderr and in `faults.log`. Each host is one device: its workers train as one
+    process. Workers talk to the servers over gRPC, as across hosts. The namespace and
+    cgroups are removed at the end, also on failure and Ctrl-C.
+
     Args:
         script: Path of the training script.
         script_args: Arguments passed to every worker's script.
-        workers: Number of worker processes. Defaults to 4.
+        workers: Number of worker processes. Defaults to 4, or with `emulate` the spec's
+            workers (it must match when given).
         groups: Number of compute groups. Defaults to 1 (synchronous).
         ps_shards: Number of parameter-server processes. Defaults to 1.
         throughputs: Examples/s of each worker, which sizes its share of its group's
@@ -69,6 +84,11 @@ def launch(
             host. Defaults to True; it has no effect where a GPU is visible.
         shared_memory: Workers exchange gradients and weights with the servers through
             shared memory. Defaults to True; False sends them over gRPC.
+        emulate: A `ClusterSpec`, the name of a built-in one (`cpu-cluster-1gbit`,
+            `mixed`) or a spec file to emulate; None (the default) runs on this machine as
+            it is.
+        faults: More faults to inject into the emulated cluster, as `FaultSpec`s or in the
+            command line's form `KIND:TARGET@AT[+SECONDS]`.
 
     Returns:
         0 if every worker finished, the chief's status if it failed, 1 if another
@@ -79,43 +99,70 @@ def launch(
     >>> launch("examples/fashion_mnist.py", ["--epochs", "1"], workers=4, groups=2)
     0
     """
-    if workers < 1 or groups < 1 or ps_shards < 1:
+    spec = _emulated_spec(emulate, faults)
+    workers = workers if workers is not None or spec is not None else 4
+    if (workers is not None and workers < 1) or groups < 1 or ps_shards < 1:
         raise ValueError("workers, groups and ps_shards must be at least 1")
-    if groups > workers:
+    if spec is None and workers is not None and groups > workers:
         raise ValueError(f"{groups} groups need at least as many workers, got {workers}")
     if not pathlib.Path(script).is_file():
         raise FileNotFoundError(f"no training script at {script}")
-    if throughputs is not None and len(throughputs) != workers:
-        raise ValueError(f"{len(throughputs)} throughputs for {workers} workers")
+    if throughputs is not None and (spec is not None or len(throughputs) != workers):
+        raise ValueError(
+            "an emulated cluster's throughputs are its hosts' cores" if spec else f"{len(throughputs)} throughputs for {workers} workers"
+        )
     if profile is not None and not isinstance(profile, ClusterProfile):
         profile = ClusterProfile.load(profile)
-    plan = _plan(workers, groups, throughputs, profile, merge)
+    if spec is not None:
+        plan = plan_emulated_workers(spec, workers, groups)
+    else:
+        assert workers is not None
+        plan = _plan(workers, groups, throughputs, profile, merge)
     if plan.message:
         _say(plan.message)
     log_dir = pathlib.Path(log_dir or f"runs/launch-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     log_dir.mkdir(parents=True, exist_ok=True)
-    cluster = _Cluster(log_dir, token)
     previous = signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        addresses = cluster.start_servers(ps_shards, groups, group_timeout)
-        for index in range(plan.num_workers):
-            config = WorkerConfig(
-                parameter_servers=tuple(addresses),
-                worker_index=index,
-                num_workers=plan.num_workers,
-                throughputs=plan.throughputs,
-                token=token,
-                seed=seed,
-                shared_memory=shared_memory,
-            )
-            cluster.start_worker(config, script, script_args, plan.environments[index])
-        return cluster.watch()
-    except KeyboardInterrupt:
-        _say("interrupted: stopping the cluster")
-        return 130
-    finally:
-        cluster.stop_all()
-        signal.signal(signal.SIGTERM, previous)
+    with contextlib.ExitStack() as stack:
+        try:
+            emulation = stack.enter_context(EmulatedCluster(spec)) if spec is not None else None
+            cluster = _Cluster(log_dir, token, emulation)
+            # Last in, first out: the processes stop before the namespace goes.
+            stack.callback(cluster.stop_all)
+            addresses = cluster.start_servers(ps_shards, groups, group_timeout)
+            for index in range(plan.num_workers):
+                config = WorkerConfig(
+                    parameter_servers=tuple(addresses),
+                    worker_index=index,
+                    num_workers=plan.num_workers,
+                    throughputs=plan.throughputs,
+                    token=token,
+                    seed=seed,
+                    # Emulated hosts are apart: they reach the servers through the link.
+                    shared_memory=shared_memory and emulation is None,
+                )
+                host = spec.hosts[index] if spec is not None else None
+                cluster.start_worker(config, script, script_args, plan.environments[index], host)
+            if emulation is not None and spec is not None:
+                injector = cluster.fault_injector(spec.faults, addresses, plan.num_workers)
+                stack.callback(injector.stop)
+                injector.start()
+            return cluster.watch()
+        except KeyboardInterrupt:
+            _say("interrupted: stopping the cluster")
+            return 130
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _emulated_spec(emulate: ClusterSpec | str | None, faults: Sequence[FaultSpec | str]) -> ClusterSpec | None:
+    extra = [fault if isinstance(fault, FaultSpec) else FaultSpec.parse(fault) for fault in faults]
+    if emulate is None:
+        if extra:
+            raise ValueError("faults are injected into an emulated cluster: name one with emulate (--emulate)")
+        return None
+    spec = emulate if isinstance(emulate, ClusterSpec) else ClusterSpec.load(emulate)
+    return spec.with_faults(extra) if extra else spec
 
 
 def _plan(
@@ -135,16 +182,19 @@ def _plan(
 
 
 class _Cluster:
-    def __init__(self, log_dir: pathlib.Path, token: str | None) -> None:
+    def __init__(self, log_dir: pathlib.Path, token: str | None, emulation: EmulatedCluster | None) -> None:
         self.log_dir = log_dir
         self.token = token
+        self.emulation = emulation
         self.servers: list[Child] = []
         self.workers: list[Child] = []
+        self.hosts: dict[str, Child] = {}
 
     def start_servers(self, shards: int, groups: int, group_timeout: float) -> list[str]:
         env = dict(os.environ)
         if self.token:
             env["OMNIKERAS_TOKEN"] = self.token
+        prefix = self.emulation.prefix() if self.emulation else []
         addresses = []
         for shard in range(shards):
             args = [
@@ -153,16 +203,25 @@ class _Cluster:
             ]
             log = open(self.log_dir / f"ps-{shard}.log", "w")
             try:
-                server, address = start_parameter_server(args, log, env, name=f"parameter server {shard}")
+                server, address = start_parameter_server(args, log, env, name=f"parameter server {shard}", prefix=prefix)
             except ServerStartError as error:
                 raise LaunchError(str(error)) from None
             self.servers.append(server)
             addresses.append(address)
-        _say(f"parameter servers at {', '.join(addresses)}; logs in {self.log_dir}")
+        if self.emulation:
+            self.emulation.shape([int(address.rpartition(":")[2]) for address in addresses])
+            _say(f"parameter servers at {', '.join(addresses)} in network namespace {self.emulation.name}; logs in {self.log_dir}")
+        else:
+            _say(f"parameter servers at {', '.join(addresses)}; logs in {self.log_dir}")
         return addresses
 
     def start_worker(
-        self, config: WorkerConfig, script: str, script_args: Sequence[str], settings: dict[str, str]
+        self,
+        config: WorkerConfig,
+        script: str,
+        script_args: Sequence[str],
+        settings: dict[str, str],
+        host: HostSpec | None = None,
     ) -> None:
         env = dict(os.environ)
         env[ENV_VAR] = config.to_json()
@@ -177,7 +236,44 @@ class _Cluster:
                 env[name] = value
         log = None if config.is_chief else open(self.log_dir / f"worker-{config.worker_index}.log", "w")
         name = "the chief (worker 0)" if config.is_chief else f"worker {config.worker_index}"
-        self.workers.append(Child(name, [sys.executable, script, *script_args], env, log))
+        if host is not None:
+            name += f" on host {host.name}"
+        prefix = self.emulation.prefix(host) if self.emulation else []
+        worker = Child(name, [*prefix, sys.executable, script, *script_args], env, log)
+        self.workers.append(worker)
+        if host is not None:
+            self.hosts[host.name] = worker
+
+    def fault_injector(self, faults: Sequence[FaultSpec], addresses: Sequence[str], workers: int) -> FaultInjector:
+        """Injects `faults` into the emulated cluster, timed from when all `workers` have
+        joined and the model is initialised: under a CPU cap, a worker's start alone may
+        take tens of seconds."""
+        emulation = self.emulation
+        assert emulation is not None
+        log = self.log_dir / "faults.log"
+        env = dict(os.environ) | ({"OMNIKERAS_TOKEN": self.token} if self.token else {})
+        probe = emulation.command(
+            [sys.executable, "-m", "omnikeras.emulation.ready", "--workers", str(workers), *addresses]
+        )
+
+        def say(message: str) -> None:
+            _say(message)
+            with open(log, "a") as file:
+                file.write(message + "\n")
+
+        def until_ready(stopping: threading.Event) -> bool:
+            waiting = subprocess.Popen(probe, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            while waiting.poll() is None:
+                if stopping.wait(_POLL_SECONDS):
+                    waiting.kill()
+                    waiting.wait()
+                    return False
+            return waiting.returncode == 0
+
+        return FaultInjector(
+            emulation, faults, lambda host: self.hosts[host].kill(), lambda shard: self.servers[shard].kill(), say,
+            until_ready,
+        )
 
     def watch(self) -> int:
         """Waits for the workers; returns the cluster's exit status."""

@@ -55,6 +55,10 @@ class Child:
             _signal_group(self.process.pid, signal.SIGKILL)
             self.process.wait()
 
+    def kill(self) -> None:
+        """SIGKILL to the whole process group, at once."""
+        _signal_group(self.process.pid, signal.SIGKILL)
+
     def describe_exit(self) -> str:
         code = self.process.returncode
         how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
@@ -67,10 +71,15 @@ class ServerStartError(RuntimeError):
 
 
 def start_parameter_server(
-    args: Sequence[str], log: IO[str] | None, env: dict[str, str] | None = None, name: str = "parameter server"
+    args: Sequence[str],
+    log: IO[str] | None,
+    env: dict[str, str] | None = None,
+    name: str = "parameter server",
+    prefix: Sequence[str] = (),
 ) -> tuple[Child, str]:
-    """Starts `omnikeras ps ARGS --port 0` and returns it with the address it listens on."""
-    command = [sys.executable, "-m", "omnikeras", "ps", "--port", "0", *args]
+    """Starts `omnikeras ps ARGS --port 0` (after `prefix`, a command that runs it) and
+    returns it with the address it listens on."""
+    command = [*prefix, sys.executable, "-m", "omnikeras", "ps", "--port", "0", *args]
     server = Child(name, command, dict(env if env is not None else os.environ), log, read_stdout=True)
     line = server.read_line(timeout=60)
     if not line.startswith(_READY):

@@ -11,6 +11,7 @@ process is the group's only member, with the sum of the example counts.
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from omnikeras.emulation.spec import ClusterSpec
 from omnikeras.profiles.profile import ClusterProfile, DeviceProfile
 from omnikeras.profiles.threads import ThreadSettings
 
@@ -122,3 +123,28 @@ def _assign_devices(workers: int, profile: ClusterProfile | None, gpus: int) -> 
 def _share_of(device: DeviceProfile, devices: list[DeviceProfile]) -> float:
     # Workers placed on the same device split its throughput.
     return device.peak_throughput / sum(d.name == device.name for d in devices)
+
+
+def plan_emulated_workers(spec: ClusterSpec, workers: int | None, groups: int) -> WorkerPlan:
+    """One process per emulated host: each host is one device, so its workers train as
+    one merged process, with threads for the cores the host may use and a share of its
+    group's batch in proportion to them.
+
+    Example:
+
+    >>> plan = plan_emulated_workers(ClusterSpec.load("mixed"), None, groups=1)
+    >>> plan.num_workers, plan.throughputs
+    (5, (1.0, 0.25, 0.25, 0.25, 0.25))
+    """
+    if workers is not None and workers != spec.workers:
+        raise ValueError(f"spec {spec.name} has {spec.workers} workers; --workers says {workers}")
+    hosts = len(spec.hosts)
+    if groups > hosts:
+        raise ValueError(f"{groups} groups need at least as many emulated hosts; spec {spec.name} has {hosts}")
+    environments = tuple(ThreadSettings(max(1, int(host.cores)), 1).environment() for host in spec.hosts)
+    caps = sorted({f"{host.cores:g}" for host in spec.hosts})
+    message = (
+        f"emulating {spec.name}: {hosts} hosts ({', '.join(caps)} cores), each one worker process, "
+        f"parameter servers behind {spec.link_bits_per_second / 1e6:g} Mbit/s per direction"
+    )
+    return WorkerPlan(hosts, True, tuple(host.cores for host in spec.hosts), environments, message)

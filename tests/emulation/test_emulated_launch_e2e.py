@@ -1,0 +1,102 @@
+"""`omnikeras launch --emulate` end to end: real namespaces, shaping, cgroups, processes."""
+
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from cluster_results import result_of
+from conftest import needs_emulation
+
+SCRIPT = pathlib.Path(__file__).with_name("emulated_script.py")
+pytestmark = [pytest.mark.slow, needs_emulation]
+
+
+def _launch(tmp_path: pathlib.Path, *options: str, epochs: int = 10) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "omnikeras", "launch", "--log-dir", str(tmp_path / "logs"), "--emulate", "mixed",
+         *options, str(SCRIPT), "--epochs", str(epochs)],
+        capture_output=True, text=True, timeout=600,
+    )
+
+
+def _leftovers(tmp_path: pathlib.Path) -> list[str]:
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    groups = [str(p) for c in ("cpu", "freezer") for p in pathlib.Path(f"/sys/fs/cgroup/{c}").glob("omnikeras-*")]
+    processes = subprocess.run(["pgrep", "-f", str(SCRIPT)], capture_output=True, text=True).stdout
+    return [line for line in namespaces.splitlines() if line.startswith("omnikeras-")] + groups + processes.split()
+
+
+def test_a_run_on_the_mixed_cluster_learns_and_leaves_nothing_behind(tmp_path) -> None:
+    run = _launch(tmp_path, "--groups", "1")
+    assert run.returncode == 0, run.stderr[-3000:]
+    chief = result_of(run.stdout)
+    assert chief["test_accuracy"] > 0.9
+    # One process per host, sized by its cores, reaching the server over the link.
+    assert chief["num_workers"] == 5
+    assert chief["throughputs"] == [1.0, 0.25, 0.25, 0.25, 0.25]
+    assert chief["shared_memory"] == []
+    assert "emulating mixed: 5 hosts" in run.stderr
+    assert _leftovers(tmp_path) == []
+
+
+def test_each_fault_is_injected_and_reported(tmp_path) -> None:
+    run = _launch(
+        tmp_path, "--groups", "1", "--group-timeout", "5",
+        "--fault", "pause:slow-1@4+3", "--fault", "cut-link:0@9+2", "--fault", "kill-worker:slow-2@13",
+        epochs=12,
+    )
+    # The killed worker makes the run end with 1; its group went on without it.
+    assert run.returncode == 1, run.stderr[-3000:]
+    assert result_of(run.stdout)["test_accuracy"] > 0.9
+    injected = (tmp_path / "logs" / "faults.log").read_text().splitlines()
+    assert injected == [
+        "faults: every worker has joined; the fault clock starts now",
+        "fault at 4.0 s: pause host slow-1 for 3 s",
+        "fault at 7.0 s: host slow-1 resumed",
+        "fault at 9.0 s: cut the link of parameter server 0 for 2 s",
+        "fault at 11.0 s: link of parameter server 0 restored",
+        "fault at 13.0 s: kill the worker of host slow-2",
+    ]
+    for line in injected:
+        assert line in run.stderr
+    assert "worker 3 on host slow-2 was killed by signal 9" in run.stderr
+    assert _leftovers(tmp_path) == []
+
+
+def test_a_killed_parameter_server_stops_the_run_and_says_so(tmp_path) -> None:
+    run = _launch(tmp_path, "--groups", "1", "--fault", "kill-ps:0@6", epochs=100)
+    assert run.returncode == 2
+    assert "fault at 6.0 s: kill parameter server 0" in run.stderr
+    assert "parameter server 0 was killed by signal 9" in run.stderr
+    assert _leftovers(tmp_path) == []
+
+
+def test_ctrl_c_removes_the_namespace_cgroups_and_processes(tmp_path) -> None:
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "omnikeras", "launch", "--log-dir", str(tmp_path / "logs"), "--emulate", "mixed",
+         "--fault", "pause:fast@1+60", str(SCRIPT), "--epochs", "1000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "logs" / "faults.log").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    # Interrupted while a host is frozen: it is thawed, then stopped.
+    launcher.send_signal(signal.SIGINT)
+    _, stderr = launcher.communicate(timeout=120)
+    assert launcher.returncode == 130
+    assert "interrupted" in stderr
+    assert _leftovers(tmp_path) == []
+
+
+def test_bad_emulation_requests_are_refused_before_anything_starts(tmp_path) -> None:
+    wrong_workers = _launch(tmp_path, "--workers", "3")
+    assert wrong_workers.returncode == 2
+    assert "spec mixed has 5 workers; --workers says 3" in wrong_workers.stderr
+    bad_fault = _launch(tmp_path, "--fault", "pause:nowhere@1+1")
+    assert bad_fault.returncode == 2
+    assert "no host 'nowhere'" in bad_fault.stderr
+    assert _leftovers(tmp_path) == []
