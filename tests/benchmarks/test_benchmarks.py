@@ -7,6 +7,9 @@ import sys
 
 import pytest
 
+from omnikeras.emulation import ClusterSpec, missing_requirements
+
+MISSING = missing_requirements(ClusterSpec.load("mixed"))
 BENCHMARKS = pathlib.Path(__file__).resolve().parents[2] / "benchmarks"
 
 
@@ -22,6 +25,10 @@ BENCHMARKS = pathlib.Path(__file__).resolve().parents[2] / "benchmarks"
         }),
         ("time_to_accuracy.py", {"sync_s", "async_s", "omnivore_s", "best_baseline_over_omnivore"}),
         ("cpu_path.py", {"merged_vs_4_processes", "merged_vs_plain_keras", "flops_fraction_of_matmul"}),
+        pytest.param(
+            "emulated_cluster.py", {"link_mb_s", "spu_by_groups", "async_over_sync_updates_per_s"},
+            marks=pytest.mark.skipif(bool(MISSING), reason=f"cannot emulate here: {'; '.join(MISSING)}"),
+        ),
     ],
 )
 def test_quick_mode_prints_its_figures_last(script: str, keys: set[str]) -> None:
@@ -31,4 +38,8 @@ def test_quick_mode_prints_its_figures_last(script: str, keys: set[str]) -> None
     assert run.returncode == 0, run.stderr[-3000:]
     figures = json.loads(run.stdout.strip().splitlines()[-1])
     assert set(figures) == keys
-    assert all(value > 0 for value in figures.values())
+    assert all(value > 0 for value in _numbers(figures))
+
+
+def _numbers(figures: dict) -> list[float]:
+    return [n for value in figures.values() for n in (_numbers(value) if isinstance(value, dict) else [value])]
