@@ -136,3 +136,11 @@ def test_probing_an_address_in_the_namespace_reaches_nothing_outside() -> None:
         assert result.stdout.strip() == "refused"
     finally:
         outside.close()
+
+
+def test_a_host_on_a_cpuset_runs_on_those_cores_only() -> None:
+    pinned = ClusterSpec.from_dict("pinned", {"link": "1gbit", "hosts": [{"name": "zero", "cpuset": "0"}]})
+    read = "print(open('/proc/self/status').read().split('Cpus_allowed_list:')[1].split()[0])"
+    with EmulatedCluster(pinned) as cluster:
+        result = subprocess.run(cluster.command([sys.executable, "-c", read], pinned.hosts[0]), capture_output=True, text=True, timeout=30)
+    assert result.stdout.strip() == "0", result.stderr
