@@ -234,12 +234,19 @@ class _Cluster:
                 env.setdefault(name, value)
             else:
                 env[name] = value
-        log = None if config.is_chief else open(self.log_dir / f"worker-{config.worker_index}.log", "w")
+        log_path = self.log_dir / f"worker-{config.worker_index}.log"
         name = "the chief (worker 0)" if config.is_chief else f"worker {config.worker_index}"
         if host is not None:
             name += f" on host {host.name}"
         prefix = self.emulation.prefix(host) if self.emulation else []
-        worker = Child(name, [*prefix, sys.executable, script, *script_args], env, log)
+        command = [*prefix, sys.executable, script, *script_args]
+        if config.is_chief:
+            # The chief's output reaches the console, without TensorFlow's start-up
+            # lines unless the user asked for them (TF_CPP_MIN_LOG_LEVEL=0).
+            quiet = env["TF_CPP_MIN_LOG_LEVEL"] != "0"
+            worker = Child(name, command, env, open(log_path, "wb"), echo=True, quiet=quiet)
+        else:
+            worker = Child(name, command, env, open(log_path, "w"))
         self.workers.append(worker)
         if host is not None:
             self.hosts[host.name] = worker
@@ -290,6 +297,7 @@ class _Cluster:
             if chief.returncode is not None:
                 break
             time.sleep(_POLL_SECONDS)
+        chief.wait_for_output()
         if chief.returncode != 0:
             _say(f"{chief.describe_exit()}: stopping the cluster")
             return chief.returncode or 1

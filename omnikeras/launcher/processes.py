@@ -10,28 +10,50 @@ import time
 from collections.abc import Sequence
 from typing import IO
 
+from omnikeras.launcher import console
+
 _READY = "omnikeras ps listening on "
 
 
 class Child:
+    """A process in a session of its own.
+
+    Its output goes to `log`, or with `read_stdout` its stdout is read here (`read_line`)
+    and its stderr goes to `log`; with `echo`, both go whole to `log` (opened in binary)
+    and to this process's console, TensorFlow's native start-up lines left out when
+    `quiet` (see `console.relay`).
+    """
+
     def __init__(
         self,
         name: str,
         command: Sequence[str],
         env: dict[str, str],
-        log: IO[str] | None,
+        log: IO[str] | IO[bytes] | None,
         read_stdout: bool = False,
+        echo: bool = False,
+        quiet: bool = True,
     ) -> None:
         self.name = name
         self.log_path = log.name if log is not None else None
+        pipe = subprocess.PIPE
         self.process = subprocess.Popen(
             command,
             env=env,
-            stdout=subprocess.PIPE if read_stdout else log,
-            stderr=log,
-            text=True,
+            stdout=pipe if read_stdout or echo else log,
+            stderr=pipe if echo else log,
+            text=not echo,
             start_new_session=True,
         )
+        self._relays = []
+        if echo:
+            assert self.process.stdout is not None and self.process.stderr is not None and log is not None
+            self._relays = console.relay(self.process.stdout, self.process.stderr, log, quiet)  # type: ignore[arg-type]
+
+    def wait_for_output(self, timeout: float = 10.0) -> None:
+        """Waits until everything the process printed has been relayed."""
+        for thread in self._relays:
+            thread.join(timeout)
 
     def read_line(self, timeout: float) -> str:
         """The next line of stdout, or '' if none came within `timeout` seconds."""
