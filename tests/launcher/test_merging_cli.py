@@ -53,7 +53,8 @@ def _launch(tmp_path: pathlib.Path, *options: str, gpus: int = 0) -> tuple[subpr
         [sys.executable, "-m", "omnikeras", "launch", "--log-dir", str(log_dir), *options, str(script)],
         capture_output=True, text=True, timeout=120, env=env,
     )
-    outputs = [run.stdout] + [p.read_text() for p in sorted(log_dir.glob("worker-*.log"))]
+    # Every worker's output, the chief's included, is in its log.
+    outputs = [p.read_text() for p in sorted(log_dir.glob("worker-*.log"))]
     workers = [json.loads(line.removeprefix("WORKER ")) for out in outputs for line in out.splitlines() if line.startswith("WORKER ")]
     return run, workers
 
