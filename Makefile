@@ -27,7 +27,7 @@ data:
 	fi
 
 run: setup
-	$(PY) -m omnikeras launch --workers 4 --groups 4 examples/fashion_mnist.py --epochs 2
+	$(PY) -m omnikeras launch --workers 1 examples/fashion_mnist.py --epochs 5
 
 test: setup
 	$(PY) -m pytest

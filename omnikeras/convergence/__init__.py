@@ -2,7 +2,7 @@
 
 from omnikeras.convergence.hardware import HardwareModel
 from omnikeras.convergence.measured_hardware import MeasuredHardwareModel
-from omnikeras.convergence.momentum import explicit_momentum_candidates, implicit_momentum, measured_momentum
+from omnikeras.convergence.momentum import implicit_momentum, measured_momentum
 from omnikeras.convergence.statistical import updates_to_target
 from omnikeras.convergence.time_to_target import (
     ConvergenceTimeModel,
@@ -18,7 +18,6 @@ __all__ = [
     "HardwareModel",
     "MeasuredHardwareModel",
     "TrialMeasurement",
-    "explicit_momentum_candidates",
     "implicit_momentum",
     "measured_momentum",
     "updates_to_target",

@@ -34,16 +34,3 @@ def measured_momentum(staleness_histogram: Mapping[int, int]) -> float:
         return 0.0
     mean = sum(lag * count for lag, count in staleness_histogram.items()) / total
     return mean / (1.0 + mean)
-
-
-def explicit_momentum_candidates(
-    grid: tuple[float, ...], total_momentum: float, implicit: float
-) -> list[float]:
-    """The explicit momenta worth trying: those of `grid` that do not push the total past
-    `total_momentum` once the implicit momentum is added. 0 is always among them.
-
-    >>> explicit_momentum_candidates((0.0, 0.3, 0.6, 0.9), 0.9, 0.5)
-    [0.0, 0.3]
-    """
-    ceiling = total_momentum - implicit + 1e-9
-    return sorted({0.0, *(m for m in grid if m <= ceiling)})

@@ -1,7 +1,6 @@
 """The objective of every decision: time to target = seconds per update x updates."""
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -20,38 +19,42 @@ class HardwareEfficiency(Protocol):
 
 @dataclass(frozen=True)
 class TrialMeasurement:
-    """What a short trial measured.
+    """What a short trial measured, from the tuning phase's common snapshot.
 
     Args:
         num_groups: The number of groups it ran with.
-        updates: The server's update count at each loss measurement.
-        losses: The training loss at each of those points.
-        seconds: Wall time from the first to the last measurement.
+        updates: Updates the server applied during the trial.
+        seconds: Wall time from the restore of the snapshot to the trial's end.
+        start_loss: The probe batch's loss at the snapshot.
+        end_loss: The probe batch's loss of the trial's final weights.
     """
 
     num_groups: int
-    updates: Sequence[int]
-    losses: Sequence[float]
+    updates: int
     seconds: float
+    start_loss: float
+    end_loss: float
 
     @property
     def seconds_per_update(self) -> float:
-        applied = self.updates[-1] - self.updates[0] if len(self.updates) > 1 else 0
-        return self.seconds / applied if applied > 0 else math.inf
+        return self.seconds / self.updates if self.updates > 0 else math.inf
 
 
 @dataclass(frozen=True)
 class Estimate:
     predicted_seconds_per_update: float
     measured_seconds_per_update: float
+    # After the trial.
     updates_to_target: float
+    trial_seconds: float
 
     @property
     def time_to_target(self) -> float:
-        """Seconds until the target loss, at the measured pace."""
+        """Seconds from the common snapshot until the target loss: the trial's own time,
+        then its remaining updates at the measured pace."""
         if self.updates_to_target == 0:
-            return 0.0
-        return self.measured_seconds_per_update * self.updates_to_target
+            return self.trial_seconds
+        return self.trial_seconds + self.measured_seconds_per_update * self.updates_to_target
 
 
 class ConvergenceTimeModel:
@@ -65,10 +68,10 @@ class ConvergenceTimeModel:
     Example:
 
     >>> from omnikeras.convergence import MeasuredHardwareModel
-    >>> model = ConvergenceTimeModel(0.5, MeasuredHardwareModel(num_workers=4))
-    >>> trial = TrialMeasurement(1, updates=[0, 10, 20], losses=[2.0, 1.0, 0.5], seconds=4.0)
+    >>> model = ConvergenceTimeModel(0.25, MeasuredHardwareModel(num_workers=4))
+    >>> trial = TrialMeasurement(1, updates=10, seconds=4.0, start_loss=2.0, end_loss=1.0)
     >>> round(model.estimate(trial).time_to_target, 6)
-    0.0
+    12.0
     """
 
     def __init__(self, target_loss: float, hardware: HardwareEfficiency) -> None:
@@ -86,5 +89,6 @@ class ConvergenceTimeModel:
         return Estimate(
             predicted_seconds_per_update=predicted,
             measured_seconds_per_update=measured,
-            updates_to_target=updates_to_target(trial.updates, trial.losses, self.target_loss),
+            updates_to_target=updates_to_target(trial.start_loss, trial.end_loss, trial.updates, self.target_loss),
+            trial_seconds=trial.seconds,
         )

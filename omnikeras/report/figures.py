@@ -3,7 +3,6 @@ what the convergence-time model predicted, what each phase chose and how the los
 
 import math
 import pathlib
-import re
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,7 +13,7 @@ from matplotlib import pyplot
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure as MatplotlibFigure
 
-_PHASE_ATTR = re.compile(r"phase_(\d+)")
+from omnikeras.tuner.records import LOSS_CURVE, PhaseRecord, TrialRecord
 
 
 @dataclass(frozen=True)
@@ -24,14 +23,6 @@ class Figure:
     title: str
     file: str | None = None
     reason: str | None = None
-
-
-def phases(study: optuna.Study) -> list[tuple[int, dict]]:
-    """The configuration `OmnivoreCallback` chose in each phase, in order: study user
-    attributes `phase_0`, `phase_1`, ... with `num_groups`, `learning_rate`, `momentum`,
-    `tuning_seconds` and `training_seconds`."""
-    found = [(int(m.group(1)), value) for key, value in study.user_attrs.items() if (m := _PHASE_ATTR.fullmatch(key))]
-    return sorted(found, key=lambda item: item[0])
 
 
 def draw_figures(study: optuna.Study, out: pathlib.Path) -> list[Figure]:
@@ -109,21 +100,24 @@ def _optuna_plot(plot: Callable[[optuna.Study], Axes], study: optuna.Study) -> A
 
 def _seconds_per_update(study: optuna.Study) -> MatplotlibFigure | str:
     rows = [
-        (t.params["num_groups"], t.user_attrs.get("predicted_seconds_per_update"), t.user_attrs.get("measured_seconds_per_update"))
-        for t in study.trials
-        if "num_groups" in t.params
+        (trial.params["num_groups"], record.predicted_seconds_per_update, record.measured_seconds_per_update)
+        for trial in study.trials
+        if "num_groups" in trial.params and (record := TrialRecord.read(trial)) is not None
     ]
     predicted = [(g, p) for g, p, _ in rows if _finite(p)]
     measured = [(g, m) for g, _, m in rows if _finite(m)]
-    if not predicted and not measured:
+    timed = [(g, s) for phase in PhaseRecord.read_all(study) for g, s in phase.seconds_per_update.items() if _finite(s)]
+    if not predicted and not measured and not timed:
         return "no trial recorded its seconds per update"
     figure, axes = _new_figure()
+    if timed:
+        axes.scatter(*zip(*timed), marker="s", s=40, alpha=0.7, label="timed (each phase)")
     if measured:
-        axes.scatter(*zip(*measured), marker="o", s=40, alpha=0.7, label="measured")
+        axes.scatter(*zip(*measured), marker="o", s=40, alpha=0.7, label="measured (trials)")
     if predicted:
         axes.scatter(*zip(*predicted), marker="x", s=50, label="predicted")
     axes.set_xscale("log", base=2)
-    groups = sorted({g for g, _ in predicted + measured})
+    groups = sorted({g for g, _ in predicted + measured + timed})
     axes.set_xticks(groups, labels=[str(g) for g in groups])
     axes.minorticks_off()
     axes.set_xlabel("number of groups")
@@ -134,20 +128,20 @@ def _seconds_per_update(study: optuna.Study) -> MatplotlibFigure | str:
 
 
 def _phases(study: optuna.Study) -> MatplotlibFigure | str:
-    chosen = phases(study)
+    chosen = PhaseRecord.read_all(study)
     if not chosen:
         return "no phase finished tuning"
-    numbers = [number for number, _ in chosen]
+    numbers = [phase.index for phase in chosen]
     figure = MatplotlibFigure(figsize=(8, 7))
     panels = figure.subplots(4, 1, sharex=True)
     for axes, key, label in zip(panels, ("num_groups", "learning_rate", "momentum"), ("groups", "learning rate", "momentum")):
-        axes.plot(numbers, [config[key] for _, config in chosen], marker="o")
+        axes.plot(numbers, [getattr(phase.config, key) for phase in chosen], marker="o")
         axes.set_ylabel(label)
         axes.grid(alpha=0.3)
     panels[1].set_yscale("log")
-    tuning = [config["tuning_seconds"] for _, config in chosen]
+    tuning = [phase.tuning_seconds for phase in chosen]
     panels[3].bar(numbers, tuning, label="tuning")
-    panels[3].bar(numbers, [config["training_seconds"] for _, config in chosen], bottom=tuning, label="training")
+    panels[3].bar(numbers, [phase.training_seconds for phase in chosen], bottom=tuning, label="training")
     panels[3].set_ylabel("seconds")
     panels[3].legend()
     panels[3].set_xlabel("phase")
@@ -157,7 +151,7 @@ def _phases(study: optuna.Study) -> MatplotlibFigure | str:
 
 
 def _loss_curve(study: optuna.Study) -> MatplotlibFigure | str:
-    curve = [(seconds, loss) for seconds, _, loss in study.user_attrs.get("loss_curve", []) if _finite(loss)]
+    curve = [(seconds, loss) for seconds, _, loss in study.user_attrs.get(LOSS_CURVE, []) if _finite(loss)]
     if not curve:
         return "the study holds no loss curve (training had not ended when it was read, or was too short)"
     figure, axes = _new_figure()
@@ -166,12 +160,12 @@ def _loss_curve(study: optuna.Study) -> MatplotlibFigure | str:
         axes.set_yscale("log")
     # Each phase tunes, then trains for the recorded time: where the next one begins.
     start = 0.0
-    for number, config in phases(study):
-        start += config["tuning_seconds"] + config["training_seconds"]
+    for phase in PhaseRecord.read_all(study):
+        start += phase.tuning_seconds + phase.training_seconds
         if start >= curve[-1][0]:
             break
         axes.axvline(start, color="gray", linestyle="--", linewidth=0.8)
-        axes.annotate(f"phase {number + 1}", (start, 1), xycoords=("data", "axes fraction"), va="top", fontsize=8)
+        axes.annotate(f"phase {phase.index + 1}", (start, 1), xycoords=("data", "axes fraction"), va="top", fontsize=8)
     axes.set_xlabel("seconds since training began")
     axes.set_ylabel("training loss (chief's batches)")
     axes.set_title("Loss curve")

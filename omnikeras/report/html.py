@@ -1,5 +1,6 @@
 """The report itself: one self-contained `index.html` beside the figures' PNGs."""
 
+import dataclasses
 import html
 import math
 import pathlib
@@ -7,22 +8,13 @@ from collections import Counter
 
 import optuna
 
-from omnikeras.report.figures import Figure, draw_figures, phases
+from omnikeras.report.figures import Figure, draw_figures
+from omnikeras.tuner import records
+from omnikeras.tuner.records import PhaseRecord, TrialRecord
 
-# The trial user attributes `OmnivoreCallback` records, in the order the table shows them.
-_TRIAL_ATTRS = (
-    "phase",
-    "time_to_target",
-    "updates_to_target",
-    "predicted_seconds_per_update",
-    "measured_seconds_per_update",
-    "mean_staleness",
-    "measured_momentum",
-    "final_loss",
-    "diverged",
-    "interrupted",
-)
-_PARAMS = ("num_groups", "learning_rate", "momentum")
+# The trial attributes the tuner records, in the order the table shows them.
+_TRIAL_ATTRS = tuple(field.name for field in dataclasses.fields(TrialRecord))
+_PARAMS = tuple(records.PARAMS)
 _STYLE = """
 body { font-family: sans-serif; max-width: 70em; margin: 2em auto; padding: 0 1em; color: #222; }
 table { border-collapse: collapse; font-size: 0.9em; }
@@ -71,8 +63,10 @@ def mean_prediction_error(study: optuna.Study) -> float:
     recorded both; NaN when none did."""
     errors = []
     for trial in study.trials:
-        predicted = trial.user_attrs.get("predicted_seconds_per_update")
-        measured = trial.user_attrs.get("measured_seconds_per_update")
+        record = TrialRecord.read(trial)
+        if record is None:
+            continue
+        predicted, measured = record.predicted_seconds_per_update, record.measured_seconds_per_update
         if _finite(predicted) and _finite(measured) and measured > 0:
             errors.append(abs(predicted - measured) / measured)
     return sum(errors) / len(errors) if errors else math.nan
@@ -86,7 +80,7 @@ def _summary(study: optuna.Study) -> str:
         best = study.best_trial
         lines.append(
             f"Best trial: #{best.number} (phase {_cell(best.user_attrs.get('phase'))}), predicted time to target "
-            f"{_cell(best.value)} s with {_configuration(best.params)}"
+            f"{_cell(best.value)} s with {records.words(records.config_of(best.params))}"
         )
     else:
         lines.append("Best trial: none completed")
@@ -95,11 +89,10 @@ def _summary(study: optuna.Study) -> str:
         "Mean prediction error of seconds per update: "
         + ("no trial measured it" if math.isnan(error) else f"{100 * error:.1f}%")
     )
-    chosen = phases(study)
     phase_lines = [
-        f"phase {number}: {_configuration(config)} (tuned in {config['tuning_seconds']:.1f} s, "
-        f"then trained for {config['training_seconds']:.0f} s)"
-        for number, config in chosen
+        f"phase {phase.index}: {records.words(phase.config)} (tuned in {phase.tuning_seconds:.1f} s, "
+        f"then trained for {phase.training_seconds:.0f} s)"
+        for phase in PhaseRecord.read_all(study)
     ] or ["no phase finished tuning"]
     return (
         "<h2>Summary</h2>\n<ul>\n"
@@ -132,11 +125,6 @@ def _trials(study: optuna.Study) -> str:
     header = "".join(f"<th>{_e(column)}</th>" for column in columns)
     body = "".join("<tr>" + "".join(f"<td>{_e(_cell(value))}</td>" for value in row) + "</tr>\n" for row in rows)
     return f"<h2>Trials</h2>\n<table>\n<tr>{header}</tr>\n{body}</table>"
-
-
-def _configuration(config: dict) -> str:
-    # The words the callback prints when a phase ends, so the two can be matched.
-    return f"{config['num_groups']} groups, momentum {config['momentum']:g}, learning rate {config['learning_rate']:g}"
 
 
 def _cell(value: object) -> str:

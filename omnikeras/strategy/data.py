@@ -9,6 +9,7 @@ that a regrouping while training runs takes effect at once, without a new pipeli
 
 from typing import Any
 
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -55,6 +56,32 @@ def training_batches(
         # The same seed on every worker: they must agree on which examples form a batch.
         dataset = dataset.shuffle(count, seed=seed, reshuffle_each_iteration=True)
     return dataset.batch(batch_size, drop_remainder=True)
+
+
+def first_examples(x: Any, y: Any, sample_weight: Any, count: int) -> tuple[Any, Any, Any]:
+    """The first `count` examples of `fit`'s data, in their order: the first rows of
+    arrays, or of a batched dataset's first batches. The same every time: a fixed probe."""
+    if isinstance(x, tf.data.Dataset):
+        batches, rows = [], 0
+        for batch in x:
+            batches.append(tf.nest.map_structure(np.asarray, batch))
+            rows += len(tf.nest.flatten(batch)[0])
+            if rows >= count:
+                break
+        joined = tf.nest.map_structure(lambda *parts: np.concatenate(parts)[:count], *batches)
+        return keras.utils.unpack_x_y_sample_weight(joined)
+
+    def head(arrays: Any) -> Any:
+        return None if arrays is None else tf.nest.map_structure(lambda a: a[:count], arrays)
+
+    return head(x), head(y), head(sample_weight)
+
+
+def example_count(x: Any) -> int | None:
+    """Examples in `fit`'s data; None for a dataset of unknown length."""
+    if isinstance(x, tf.data.Dataset):
+        return None
+    return len(tf.nest.flatten(x)[0])
 
 
 def split_validation(x: Any, y: Any, sample_weight: Any, fraction: float) -> tuple[tuple, tuple]:

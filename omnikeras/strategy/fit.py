@@ -22,11 +22,12 @@ _CHIEF_ONLY_CALLBACKS = (
 
 class ClusterSync(keras.callbacks.Callback):
     """Connects one `fit` to the cluster: the same first weights everywhere, a new group
-    layout handed to the input pipeline between steps, the chief's end of training for
-    everyone, and the server's final weights at the end.
+    layout handed to the input pipeline between steps, and the chief's end of training
+    for everyone.
 
-    `fit` adds it by itself under `GroupedAsyncStrategy`; its `logs` carry the server's
-    model version.
+    `fit` adds it by itself under `GroupedAsyncStrategy`, first among the callbacks, so
+    that the others see the cluster's weights; its `logs` carry the server's model
+    version.
     """
 
     def __init__(self, worker: ClusterWorker) -> None:
@@ -45,6 +46,18 @@ class ClusterSync(keras.callbacks.Callback):
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         if logs is not None and self.worker.last_push is not None:
             logs["model_version"] = self.worker.last_push.model_version
+
+
+class ClusterLeave(keras.callbacks.Callback):
+    """Leaves the cluster when `fit` ends and takes the server's final weights.
+
+    `fit` adds it by itself, last among the callbacks: the ones before it (a tuner) may
+    still steer the cluster as training ends.
+    """
+
+    def __init__(self, worker: ClusterWorker) -> None:
+        super().__init__()
+        self.worker = worker
 
     def on_train_end(self, logs: dict | None = None) -> None:
         self.worker.finish(self.model)
@@ -68,6 +81,7 @@ def fit_through_server(
         )
     batch_size = arguments.pop("batch_size", None) or 32
     worker.join(batch_size)
+    worker.remember_data(x, y, sample_weight)
     batches = data.training_batches(
         x, y, sample_weight, batch_size, arguments.pop("shuffle", True), config.seed
     )
@@ -87,9 +101,8 @@ def fit_through_server(
         arguments["verbose"] = 0
         for key in ("validation_data", "validation_steps", "validation_batch_size", "validation_freq"):
             arguments.pop(key, None)
-    # The sync comes first, so that the user's callbacks see the cluster's weights; the
-    # shard is shuffled already, alike on every worker.
-    return fit(model, x=shard, shuffle=False, callbacks=[sync, *callbacks], **arguments)
+    # The shard is shuffled already, alike on every worker.
+    return fit(model, x=shard, shuffle=False, callbacks=[sync, *callbacks, ClusterLeave(worker)], **arguments)
 
 
 def _check_supported(model: keras.Model, arguments: dict[str, Any]) -> None:

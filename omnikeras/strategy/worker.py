@@ -3,6 +3,7 @@ group step's push and pull, a regrouping while training runs, and the end of tra
 
 import logging
 import time
+from typing import Any
 
 import grpc
 import keras
@@ -10,7 +11,7 @@ import numpy as np
 
 from omnikeras.config import WorkerConfig
 from omnikeras.parameter_server import Hyperparameters, ParameterServerClient, PushResult
-from omnikeras.strategy.data import DataPlacement
+from omnikeras.strategy import data
 from omnikeras.strategy.place import GroupPlace
 
 logger = logging.getLogger(__name__)
@@ -30,7 +31,7 @@ class ClusterWorker:
             root_cert=config.root_cert,
             shared_memory=config.shared_memory,
         )
-        self.placement = DataPlacement()
+        self.placement = data.DataPlacement()
         self.place: GroupPlace | None = None
         # A new place found during a step waits for `update_placement`: TensorFlow must
         # not be called from inside the step's numpy_function.
@@ -42,6 +43,18 @@ class ClusterWorker:
         self.last_push: PushResult | None = None
         self.rejected_steps = 0
         self._layout_version = -1
+        # Training examples in `fit`'s data (None for a dataset of unknown length), and the
+        # data itself, whose first examples make the probe batch.
+        self.examples: int | None = None
+        self._data: tuple[Any, Any, Any] = (None, None, None)
+
+    def remember_data(self, x: Any, y: Any, sample_weight: Any) -> None:
+        self._data = (x, y, sample_weight)
+        self.examples = data.example_count(x)
+
+    def probe(self, count: int) -> tuple[Any, Any, Any]:
+        """The first `count` examples of the training data: the same batch every time."""
+        return data.first_examples(*self._data, count)
 
     # Joining ------------------------------------------------------------------------------
 
@@ -168,8 +181,11 @@ class ClusterWorker:
 
 
 def _hyperparameters(optimizer: keras.optimizers.SGD) -> Hyperparameters:
+    # The optimizer keeps its rate in float32: 0.01 reads back as 0.009999999776. Seven
+    # significant digits give back the number the user wrote.
+    learning_rate = float(f"{float(keras.ops.convert_to_numpy(optimizer.learning_rate)):.7g}")
     return Hyperparameters(
-        learning_rate=float(keras.ops.convert_to_numpy(optimizer.learning_rate)),
+        learning_rate=learning_rate,
         momentum=float(optimizer.momentum),
         nesterov=bool(optimizer.nesterov),
     )

@@ -1,21 +1,26 @@
 """Which configurations to try: the Omnivore prototype's search, phase by phase.
 
-Phase 0 (cold start): synchronous (g = 1) with momentum 0.9 and learning rates from 0.1
-down to 0.0001; if the best sits on the edge of that range, the range widens, and the
-best's neighbours half a decade away are tried too. Then the
-most asynchronous g before hardware efficiency saturates, with momentum {0, 0.3, 0.6,
-0.9} x learning rate {best, best / 10}, the momenta limited to those that asynchrony's own
-momentum (1 - 1/g) does not already push past the ceiling; while the best momentum at g is
-0, asynchrony gives too much momentum by itself and g halves.
+Phase 0 (cold start) begins with the settings the model was compiled with, then runs the
+prototype's cold start: synchronous (g = 1) with momentum 0.9 and learning rates from 0.1
+down to 0.0001 (nearest to the compiled one first); if the best sits on the edge of that
+range, the range widens, and the best's neighbours half a decade away are tried too. Then,
+at the number of groups the caller measured to be the most asynchronous worth having, the
+momentum grid {0, 0.3, 0.6, 0.9} x learning rate {best, best / 10}; while the grid's best
+momentum at g is 0, asynchrony brings too much momentum by itself and g halves. At the
+last g, the best momentum is refined half a grid step either way (0.6 gives 0.45, 0.75).
 
-Later phases search again around the current configuration, with its learning rate and
-its tenth. A configuration more aggressive (as many groups or more, as large a learning
-rate or larger, as much momentum or more) than one that diverged is skipped. Each phase
-ends with the configuration of least predicted time to target among those it tried.
+Later phases search again at the current number of groups, with the current learning rate
+and its tenth. A configuration more aggressive (as many groups or more, as large a
+learning rate or larger, as much momentum or more) than one that diverged is skipped.
+Each phase ends with the best configuration it tried, by `rank`: least time to target,
+then fewer groups, smaller learning rate, less momentum.
+
+A phase stops after `max_trials` trials: the candidates come most promising first, so a
+short run drops the least promising rather than overrun its tuning budget.
 
 The search only decides; its caller runs each configuration and sends back the outcome:
 
-    phase = search.phase(0)
+    phase = search.phase(0, start_groups=4)
     config = next(phase)
     while True:
         try:
@@ -28,8 +33,6 @@ The search only decides; its caller runs each configuration and sends back the o
 import math
 from collections.abc import Generator
 from dataclasses import dataclass
-
-from omnikeras.convergence.momentum import implicit_momentum
 
 
 @dataclass(frozen=True)
@@ -49,72 +52,102 @@ class Config:
 
 @dataclass(frozen=True)
 class Outcome:
-    # Predicted seconds to the target loss; inf when the loss does not fall.
+    # Predicted seconds to the target loss, from the phase's common snapshot; inf when the
+    # loss does not fall.
     time_to_target: float
     diverged: bool = False
+    # Stopped early as hopeless: never the best, whatever its time.
+    pruned: bool = False
+
+    @property
+    def usable(self) -> bool:
+        return not (self.diverged or self.pruned) and math.isfinite(self.time_to_target)
 
 
-Phase = Generator[Config, Outcome, Config]
+def rank(config: Config, outcome: Outcome) -> tuple[float, int, float, float]:
+    """The one order of configurations, everywhere: least time to target, then the safer
+    of equals (fewer groups, smaller learning rate, less momentum)."""
+    return (outcome.time_to_target, config.num_groups, config.learning_rate, config.momentum)
+
+
+Phase = Generator[Config, Outcome, Config | None]
 
 
 class OmnivoreSearch:
     """The prototype's staged grid search over groups, momentum and learning rate.
 
     Args:
-        num_workers: Worker processes; the numbers of groups tried divide it.
-        max_groups: The most groups worth trying (where hardware efficiency saturates);
-            None (the default) allows `num_workers`.
+        num_workers: Worker processes (devices); the numbers of groups tried divide it.
+        compiled: The configuration the model was compiled with: phase 0 tries it first.
         learning_rates: The cold start's learning rates.
         momenta: The explicit momenta tried at each number of groups.
-        momentum_ceiling: No explicit momentum is tried whose sum with asynchrony's
-            implicit momentum exceeds this. Defaults to 0.95.
+
+    Example:
+
+    >>> search = OmnivoreSearch(1, Config(1, 0.01, 0.9))
+    >>> next(search.phase(0, start_groups=1))
+    Config(num_groups=1, learning_rate=0.01, momentum=0.9)
     """
 
     def __init__(
         self,
         num_workers: int,
-        max_groups: int | None = None,
+        compiled: Config,
         learning_rates: tuple[float, ...] = (0.1, 0.01, 0.001, 0.0001),
         momenta: tuple[float, ...] = (0.0, 0.3, 0.6, 0.9),
-        momentum_ceiling: float = 0.95,
     ) -> None:
         if num_workers < 1:
             raise ValueError(f"num_workers must be at least 1, got {num_workers}")
         self.num_workers = num_workers
-        self.max_groups = min(max_groups or num_workers, num_workers)
+        self.compiled = compiled
         self.learning_rates = tuple(sorted(learning_rates, reverse=True))
         self.momenta = tuple(sorted(momenta))
-        self.momentum_ceiling = momentum_ceiling
         self.results: dict[Config, Outcome] = {}
+        self._max_trials: int | None = None
 
-    def phase(self, index: int, current: Config | None = None) -> Phase:
-        """The configurations of one tuning phase; returns the chosen one."""
+    def phase(
+        self, index: int, start_groups: int, current: Config | None = None, max_trials: int | None = None
+    ) -> Phase:
+        """The configurations of one tuning phase; returns the best one, or None when
+        none was usable (every one diverged, was pruned, or made no progress).
+
+        Args:
+            index: The phase's number; 0 is the cold start (unless `current` is given,
+                as when a study of the same model already chose).
+            start_groups: The most asynchronous number of groups worth having, measured
+                by the caller.
+            current: The configuration training runs with, searched around.
+            max_trials: The most trials this phase may take; None sets no limit.
+        """
         self.results = {}
-        if index == 0 or current is None:
+        self._max_trials = max_trials
+        if index == 0 and current is None:
+            yield from self._try(self.compiled)
             best_lr = yield from self._cold_start()
-            groups = self._divisor_at_most(self.max_groups)
             learning_rates = (best_lr, best_lr / 10)
         else:
-            groups = current.num_groups
+            assert current is not None
             learning_rates = (current.learning_rate, current.learning_rate / 10)
-        yield from self._groups_and_momentum(groups, learning_rates)
+            yield from self._try(current)
+        yield from self._groups_and_momentum(self._divisor_at_most(start_groups), learning_rates)
         return self.best()
 
-    def best(self) -> Config:
-        finite = {c: o for c, o in self.results.items() if not o.diverged and math.isfinite(o.time_to_target)}
-        if not finite:
-            raise RuntimeError(
-                "every configuration tried diverged or made no progress: try smaller learning rates"
-            )
-        return min(finite, key=lambda c: (finite[c].time_to_target, c.num_groups))
+    def planned_trials(self, start_groups: int, cold_start: bool) -> int:
+        """About how many trials a phase takes, the budget's unit: the cold start's, one
+        momentum grid with refinement, and one halving of the groups."""
+        grid = len(self.momenta) * 2 + 2
+        halvings = 1 if self._divisor_at_most(start_groups) > 1 else 0
+        return (1 + len(self.learning_rates) + 2 if cold_start else 1) + grid * (1 + halvings)
 
-    def momentum_candidates(self, num_groups: int) -> list[float]:
-        ceiling = self.momentum_ceiling - implicit_momentum(num_groups)
-        return sorted({0.0, *(m for m in self.momenta if m <= ceiling + 1e-9)})
+    def best(self) -> Config | None:
+        usable = {c: o for c, o in self.results.items() if o.usable}
+        return min(usable, key=lambda c: rank(c, usable[c])) if usable else None
 
     def _cold_start(self) -> Generator[Config, Outcome, float]:
         momentum = self.momenta[-1]
-        for lr in self.learning_rates:
+        # Decades from the compiled rate; ties go to the larger rate, as in the grid.
+        nearest_first = sorted(self.learning_rates, key=lambda lr: round(abs(math.log10(lr / self.compiled.learning_rate)), 6))
+        for lr in nearest_first:
             yield from self._try(Config(1, lr, momentum))
         low, high = self.learning_rates[-1], self.learning_rates[0]
         # Widen the range (twice at most) while the best learning rate sits on its edge.
@@ -136,28 +169,40 @@ class OmnivoreSearch:
 
     def _groups_and_momentum(self, groups: int, learning_rates: tuple[float, ...]) -> Generator[Config, Outcome, None]:
         while True:
-            for momentum in self.momentum_candidates(groups):
+            # The momenta nearest the usual 0.9 first, each with the best learning rate first.
+            for momentum in reversed(self.momenta):
                 for lr in learning_rates:
                     yield from self._try(Config(groups, lr, momentum))
-            at_groups = {c: o for c, o in self.results.items() if c.num_groups == groups and not o.diverged}
-            best = min(at_groups, key=lambda c: at_groups[c].time_to_target, default=None)
-            if groups == 1 or (best is not None and best.momentum > 0):
-                return
+            best = self._best_at(groups)
+            if groups == 1 or best is None or best.momentum > 0:
+                break
             # Asynchrony alone brings more momentum than is best: fewer groups.
             groups = self._divisor_at_most(groups // 2)
+        if best is not None:
+            step = (self.momenta[-1] - self.momenta[0]) / (len(self.momenta) - 1) / 2
+            for momentum in (best.momentum - step, best.momentum + step):
+                if 0 <= momentum < 1:
+                    yield from self._try(Config(groups, best.learning_rate, round(momentum, 6)))
 
     def _try(self, config: Config) -> Generator[Config, Outcome, None]:
         if config in self.results:
+            return
+        if self._max_trials is not None and len(self.results) >= self._max_trials:
             return
         if any(o.diverged and c.dominates(config) for c, o in self.results.items()):
             return
         self.results[config] = yield config
 
+    def _best_at(self, groups: int) -> Config | None:
+        usable = {c: o for c, o in self.results.items() if c.num_groups == groups and o.usable}
+        return min(usable, key=lambda c: rank(c, usable[c])) if usable else None
+
     def _best_learning_rate(self) -> float:
-        cold = {c: o for c, o in self.results.items() if c.num_groups == 1 and not o.diverged}
-        if not cold:
-            raise RuntimeError("every learning rate of the cold start diverged: try smaller ones")
-        return min(cold, key=lambda c: cold[c].time_to_target).learning_rate
+        usable = {c: o for c, o in self.results.items() if c.num_groups == 1 and o.usable}
+        if not usable:
+            # Nothing usable yet: stay with what the model was compiled with.
+            return self.compiled.learning_rate
+        return min(usable, key=lambda c: rank(c, usable[c])).learning_rate
 
     def _divisor_at_most(self, groups: int) -> int:
         return max(g for g in range(1, max(groups, 1) + 1) if self.num_workers % g == 0)

@@ -1,20 +1,14 @@
-"""The Optuna study that records every trial, and where it is stored."""
+"""The Optuna study that records every trial: where it is stored, its default name, and
+its pruner."""
 
-import math
+import hashlib
 import os
 import pathlib
 
+import numpy as np
 import optuna
 
-from omnikeras.tuner.search import Config, Outcome
-
 DEFAULT_STORAGE_DIR = "runs"
-
-DISTRIBUTIONS: dict[str, optuna.distributions.BaseDistribution] = {
-    "num_groups": optuna.distributions.IntDistribution(1, 1024),
-    "learning_rate": optuna.distributions.FloatDistribution(1e-8, 100.0, log=True),
-    "momentum": optuna.distributions.FloatDistribution(-0.99, 0.99),
-}
 
 
 def storage_for(
@@ -42,39 +36,56 @@ def _sqlite_file(url: str) -> pathlib.Path | None:
     return pathlib.Path(url.removeprefix("sqlite:///").split("?")[0]) if url.startswith("sqlite:///") else None
 
 
+def default_study_name(architecture: str, parameters: int, batch_size: int, examples: int | None, target_loss: float) -> str:
+    """A name that only the same model, batch size, data size and target share, so that
+    a resumed study never reuses another model's trials.
+
+    >>> default_study_name("Conv2D(32)>Dense(10)", 225034, 64, 60000, 0.3)
+    'omnivore-7e3c8d5f-225034p-b64-n60000-t0.3'
+    """
+    digest = hashlib.sha256(architecture.encode()).hexdigest()[:8]
+    return f"omnivore-{digest}-{parameters}p-b{batch_size}-n{examples if examples is not None else 'stream'}-t{target_loss:g}"
+
+
 def open_study(storage: str | optuna.storages.BaseStorage | None, study_name: str, warmup_steps: int) -> optuna.Study:
-    """Creates the study, or loads it to resume; a trial among the worst quarter of the
-    earlier ones at the same step is pruned."""
+    """Creates the study, or loads it to resume."""
     return optuna.create_study(
         study_name=study_name,
         storage=storage_for(storage),
         direction="minimize",
         load_if_exists=True,
-        pruner=optuna.pruners.PercentilePruner(75.0, n_startup_trials=3, n_warmup_steps=warmup_steps),
+        pruner=PeerPercentilePruner(75.0, n_startup_trials=3, n_warmup_steps=warmup_steps),
     )
 
 
-def params_of(config: Config) -> dict[str, float]:
-    return {"num_groups": config.num_groups, "learning_rate": config.learning_rate, "momentum": config.momentum}
+class PeerPercentilePruner(optuna.pruners.BasePruner):
+    """Prunes a trial whose intermediate value is worse than the `percentile` of its peers'
+    at the same step. Peers are the completed trials of the same phase with the same
+    number of groups: a worker's running loss only compares with runs of the same batch
+    shares, and from the same snapshot.
 
+    Args:
+        percentile: Above this percentile of the peers' values, a trial is pruned.
+        n_startup_trials: Peers needed before any trial is pruned.
+        n_warmup_steps: Steps before which no trial is pruned.
+    """
 
-def finished_trial(study: optuna.Study, phase: int, config: Config) -> optuna.trial.FrozenTrial | None:
-    """A trial of `config` in `phase` that an earlier run finished, if any."""
-    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)):
-        if trial.user_attrs.get("phase") != phase or trial.user_attrs.get("interrupted"):
-            continue
-        params = trial.params
-        if (
-            params.get("num_groups") == config.num_groups
-            and math.isclose(params.get("learning_rate", -1), config.learning_rate, rel_tol=1e-9)
-            and math.isclose(params.get("momentum", -2), config.momentum, abs_tol=1e-9)
-        ):
-            return trial
-    return None
+    def __init__(self, percentile: float, n_startup_trials: int, n_warmup_steps: int) -> None:
+        self.percentile = percentile
+        self.n_startup_trials = n_startup_trials
+        self.n_warmup_steps = n_warmup_steps
 
-
-def outcome_of(trial: optuna.trial.FrozenTrial) -> Outcome:
-    return Outcome(
-        time_to_target=trial.user_attrs.get("time_to_target", math.inf),
-        diverged=trial.user_attrs.get("diverged", False),
-    )
+    def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
+        step = trial.last_step
+        if step is None or step < self.n_warmup_steps:
+            return False
+        peers = [
+            peer.intermediate_values[step]
+            for peer in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+            if peer.user_attrs.get("phase") == trial.user_attrs.get("phase")
+            and peer.params.get("num_groups") == trial.params.get("num_groups")
+            and step in peer.intermediate_values
+        ]
+        if len(peers) < self.n_startup_trials:
+            return False
+        return bool(trial.intermediate_values[step] > np.percentile(peers, self.percentile))

@@ -1,10 +1,13 @@
-"""Studies shaped like the ones OmnivoreCallback leaves, written with Optuna directly."""
+"""Studies shaped like the ones OmnivoreCallback leaves, written with Optuna directly
+through the tuner's records."""
 
+import dataclasses
 import math
 
 import optuna
 
-from omnikeras.tuner.study import DISTRIBUTIONS
+from omnikeras.tuner.records import PARAMS as DISTRIBUTIONS
+from omnikeras.tuner.records import TrialRecord
 
 # (phase, num_groups, learning_rate, momentum, state, time_to_target, predicted spu, measured spu)
 TRIALS = [
@@ -35,18 +38,22 @@ def record(storage: str | optuna.storages.BaseStorage, study_name: str = "omnivo
                 state=optuna.trial.TrialState.COMPLETE if outcome == "complete" else optuna.trial.TrialState.PRUNED,
                 value=time_to_target if outcome == "complete" else None,
                 intermediate_values={step: 2.0 / (1 + 0.02 * step * learning_rate * 10) for step in steps if not diverged or step < 15},
-                user_attrs={
-                    "phase": phase,
-                    "diverged": diverged,
-                    "time_to_target": time_to_target,
-                    "updates_to_target": time_to_target / measured if math.isfinite(time_to_target) else math.inf,
-                    "predicted_seconds_per_update": predicted,
-                    "measured_seconds_per_update": measured,
-                    "mean_staleness": (groups - 1) / 2,
-                    "measured_momentum": 1 - 1 / groups,
-                    "final_loss": math.nan if diverged else 1.2,
-                    "interrupted": False,
-                },
+                user_attrs=dataclasses.asdict(TrialRecord(
+                    phase=phase,
+                    steps=40,
+                    updates=40 * groups,
+                    seconds=40 * groups * measured if math.isfinite(measured) else math.nan,
+                    probe_loss_start=2.3,
+                    probe_loss_end=math.nan if diverged else 1.2,
+                    time_to_target=time_to_target,
+                    updates_to_target=time_to_target / measured if math.isfinite(time_to_target) else math.inf,
+                    predicted_seconds_per_update=predicted,
+                    measured_seconds_per_update=measured,
+                    mean_staleness=(groups - 1) / 2,
+                    measured_momentum=1 - 1 / groups,
+                    diverged=diverged,
+                    pruned=outcome == "pruned",
+                )),
             )
         )
     if len(trials) > 1:

@@ -16,6 +16,7 @@ def test_stores_its_configuration() -> None:
         "budget": 12,
         "tuning_overhead": 0.1,
         "profile": None,
+        "probe_examples": 1024,
     }
 
 
@@ -26,6 +27,7 @@ def test_stores_its_configuration() -> None:
         ({"target_loss": float("nan")}, "target_loss"),
         ({"target_loss": 0.3, "budget": 2}, "budget"),
         ({"target_loss": 0.3, "tuning_overhead": 1.0}, "tuning_overhead"),
+        ({"target_loss": 0.3, "probe_examples": 0}, "probe_examples"),
     ],
 )
 def test_bad_settings_are_refused(kwargs: dict, message: str) -> None:

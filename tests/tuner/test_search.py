@@ -4,12 +4,16 @@ import math
 
 import pytest
 
-from omnikeras.tuner.search import Config, OmnivoreSearch, Outcome
+from omnikeras.tuner.search import Config, OmnivoreSearch, Outcome, rank
+
+COMPILED = Config(1, 0.01, 0.9)
 
 
-def _run(search: OmnivoreSearch, objective, phase: int = 0, current: Config | None = None) -> tuple[Config, list[Config]]:
+def _run(
+    search: OmnivoreSearch, objective, phase: int = 0, start_groups: int = 1, current: Config | None = None, max_trials: int | None = None
+) -> tuple[Config | None, list[Config]]:
     tried = []
-    generator = search.phase(phase, current)
+    generator = search.phase(phase, start_groups, current, max_trials)
     config = next(generator)
     while True:
         tried.append(config)
@@ -34,24 +38,33 @@ def _bowl(best: Config, hardware: dict[int, float]):
 
 def test_finds_the_known_optimum() -> None:
     optimum = Config(num_groups=2, learning_rate=0.01, momentum=0.3)
-    chosen, tried = _run(OmnivoreSearch(4), _bowl(optimum, {1: 1.0, 2: 0.55, 4: 0.54}))
+    chosen, tried = _run(OmnivoreSearch(4, COMPILED), _bowl(optimum, {1: 1.0, 2: 0.55, 4: 0.54}), start_groups=4)
     assert chosen == optimum
-    # The cold start came first, synchronous with momentum 0.9, then the best learning
-    # rate's neighbours half a decade away.
-    assert tried[:4] == [Config(1, lr, 0.9) for lr in (0.1, 0.01, 0.001, 0.0001)]
-    assert [c.learning_rate for c in tried[4:6]] == pytest.approx([0.01 * 10**0.5, 0.01 / 10**0.5])
+    # The compiled settings first, then the cold start, synchronous with momentum 0.9,
+    # nearest learning rate first, then the best's neighbours half a decade away.
+    assert tried[:5] == [COMPILED] + [Config(1, lr, 0.9) for lr in (0.1, 0.001, 0.0001)] + [Config(1, 0.01 * 10**0.5, 0.9)]
+
+
+def test_every_momentum_of_the_grid_at_every_number_of_groups_then_refined() -> None:
+    optimum = Config(num_groups=4, learning_rate=0.01, momentum=0.6)
+    _, tried = _run(OmnivoreSearch(4, COMPILED), _bowl(optimum, {1: 1.0, 2: 0.6, 4: 0.4}), start_groups=4)
+    at_four = [c for c in tried if c.num_groups == 4]
+    # The whole grid, although asynchrony's momentum at 4 groups is 0.75 already.
+    assert {c.momentum for c in at_four} >= {0.0, 0.3, 0.6, 0.9}
+    assert {0.45, 0.75} <= {c.momentum for c in at_four if c.learning_rate == 0.01}
 
 
 def test_halves_the_groups_while_the_best_momentum_is_zero() -> None:
     optimum = Config(num_groups=1, learning_rate=0.001, momentum=0.6)
-    chosen, tried = _run(OmnivoreSearch(4), _bowl(optimum, {1: 1.0, 2: 0.95, 4: 0.9}))
+    chosen, tried = _run(OmnivoreSearch(4, Config(1, 0.001, 0.9)), _bowl(optimum, {1: 1.0, 2: 1.2, 4: 1.3}), start_groups=4)
     assert chosen == optimum
-    assert [c.num_groups for c in tried if c.num_groups > 1] == [4, 4, 2, 2, 2, 2]
+    assert [c.num_groups for c in tried if c.num_groups > 1][:8] == [4] * 8
+    assert 2 in {c.num_groups for c in tried}
 
 
 def test_widens_the_learning_rates_at_the_edge() -> None:
     optimum = Config(num_groups=1, learning_rate=10.0, momentum=0.9)
-    _, tried = _run(OmnivoreSearch(1), _bowl(optimum, {1: 1.0}))
+    _, tried = _run(OmnivoreSearch(1, Config(1, 0.1, 0.9)), _bowl(optimum, {1: 1.0}))
     assert [c.learning_rate for c in tried[:6]] == pytest.approx([0.1, 0.01, 0.001, 0.0001, 1.0, 10.0])
 
 
@@ -61,20 +74,50 @@ def test_settings_beyond_a_diverged_one_are_skipped() -> None:
             return Outcome(math.inf, diverged=True)
         return Outcome(1 / config.learning_rate + 10 * config.num_groups)
 
-    search = OmnivoreSearch(4)
-    _, tried = _run(search, objective)
+    _, tried = _run(OmnivoreSearch(4, COMPILED), objective, start_groups=4)
     assert Config(1, 0.1, 0.9) in tried
     assert not any(c.learning_rate >= 1.0 for c in tried), "no widening past a divergence"
     assert not any(c.learning_rate >= 0.1 and c.num_groups > 1 for c in tried)
 
 
+def test_a_pruned_or_diverged_trial_never_wins() -> None:
+    def objective(config: Config) -> Outcome:
+        if config.momentum == 0.3:
+            return Outcome(1.0, pruned=True)  # the fastest of all, but pruned
+        if config.momentum == 0.0:
+            return Outcome(0.5, diverged=True)
+        return Outcome(10.0 + config.learning_rate)
+
+    chosen, _ = _run(OmnivoreSearch(1, COMPILED), objective)
+    assert chosen is not None and chosen.momentum not in (0.0, 0.3)
+
+
+def test_ties_go_to_the_safer_configuration() -> None:
+    chosen, tried = _run(OmnivoreSearch(2, COMPILED), lambda config: Outcome(5.0), start_groups=2)
+    assert chosen == min(tried, key=lambda c: (c.num_groups, c.learning_rate, c.momentum))
+    assert rank(Config(1, 0.01, 0.3), Outcome(5.0)) < rank(Config(2, 0.001, 0.0), Outcome(5.0))
+
+
 def test_later_phases_search_around_the_current_configuration() -> None:
     current = Config(num_groups=2, learning_rate=0.01, momentum=0.3)
-    chosen, tried = _run(OmnivoreSearch(4), _bowl(Config(2, 0.001, 0.3), {1: 1.0, 2: 0.5, 4: 0.45}), phase=1, current=current)
+    chosen, tried = _run(
+        OmnivoreSearch(4, COMPILED), _bowl(Config(2, 0.001, 0.3), {1: 1.0, 2: 0.5, 4: 0.45}), phase=1, start_groups=2, current=current
+    )
+    assert tried[0] == current
     assert {c.learning_rate for c in tried} == {0.01, 0.001}
     assert chosen == Config(2, 0.001, 0.3)
 
 
-def test_everything_diverging_is_a_clear_error() -> None:
-    with pytest.raises(RuntimeError, match="try smaller"):
-        _run(OmnivoreSearch(2), lambda config: Outcome(math.inf, diverged=True))
+def test_a_short_budget_drops_the_least_promising_candidates() -> None:
+    _, all_tried = _run(OmnivoreSearch(1, COMPILED), _bowl(Config(1, 0.01, 0.6), {1: 1.0}))
+    chosen, tried = _run(OmnivoreSearch(1, COMPILED), _bowl(Config(1, 0.01, 0.6), {1: 1.0}), max_trials=6)
+    assert len(tried) == 6 < len(all_tried)
+    # What stays: the compiled settings and the learning rates nearest them.
+    assert tried[:3] == [COMPILED, Config(1, 0.1, 0.9), Config(1, 0.001, 0.9)]
+    assert chosen in tried
+    assert OmnivoreSearch(1, COMPILED).planned_trials(1, cold_start=True) >= len(all_tried) - 4
+
+
+def test_nothing_usable_returns_none() -> None:
+    chosen, _ = _run(OmnivoreSearch(2, COMPILED), lambda config: Outcome(math.inf, diverged=True), start_groups=2)
+    assert chosen is None

@@ -1,0 +1,462 @@
+"""The Omnivore optimizer's logic, driven one training step at a time.
+
+A tuning phase saves a snapshot of the weights and measures its loss on a fixed probe
+batch. With several worker processes it first times every number of groups that divides
+them (a few steps each, from the snapshot) and starts the search at the most asynchronous
+one that is still 10% faster per update than the next fewer (the prototype's rule). Then
+each configuration the search yields runs as a trial from the snapshot; its final weights
+are measured on the probe batch, and the convergence-time model turns the two losses, the
+updates and the seconds into a time to the target loss, counted from the snapshot. The
+best trial's weights carry on with its configuration for a training phase, after which
+the next tuning phase starts.
+
+The phase's trials are sized to the run: with `fit`'s length known, tuning takes at most
+`tuning_overhead` of the planned training time (most of it in phase 0), trials shrink to
+fit, and below `min_trial_steps` the search drops its least promising candidates. A
+pruned or diverged trial never becomes the best, and never provides the weights that
+carry on. When `fit` ends, the weights are the best reached, never an interrupted trial's.
+
+Everything here is plain Python: the cluster is reached through `TuningCluster`, Keras
+through the callback that calls `step` after each of the chief's steps.
+"""
+
+import collections
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import optuna
+
+from omnikeras.convergence import ConvergenceTimeModel, HardwareEfficiency, TrialMeasurement, measured_momentum
+from omnikeras.convergence.saturation import saturation_groups
+from omnikeras.tuner import records
+from omnikeras.tuner.records import PhaseRecord, TrialRecord
+from omnikeras.tuner.search import Config, OmnivoreSearch, Outcome, Phase, rank
+
+PHASE_SNAPSHOT = "omnivore-phase-start"
+BEST_SNAPSHOT = "omnivore-best-trial"
+# A trial whose probe loss ends above this multiple of where it started has diverged.
+DIVERGENCE_FACTOR = 3.0
+# The chief's running loss reaches the pruner this often, in steps.
+REPORT_EVERY = 5
+# The loss curve kept in the study, one point this often, in steps.
+CURVE_EVERY = 10
+# Shares of the tuning budget: phase 0 (the cold start) and each later phase.
+_FIRST_PHASE_SHARE, _LATER_PHASE_SHARE = 0.6, 0.2
+
+
+class TuningCluster(Protocol):
+    """The cluster operations the tuner needs; the strategy's worker provides them, and
+    unit tests a fake."""
+
+    @property
+    def devices(self) -> int:
+        """Worker processes: the numbers of groups that divide it are the choices."""
+
+    def save_snapshot(self, name: str) -> None: ...
+
+    def restore_snapshot(self, name: str) -> int:
+        """Puts a snapshot back; returns the server's version after it."""
+
+    def set_hyperparameters(self, learning_rate: float, momentum: float) -> None: ...
+
+    def set_groups(self, num_groups: int) -> None: ...
+
+    def staleness(self) -> collections.Counter[int]:
+        """Updates by staleness so far, over every group."""
+
+    def probe_loss(self) -> float:
+        """The loss of the current weights on the fixed probe batch."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One of the chief's training steps, as the tuner sees it.
+
+    Args:
+        seconds: Since `fit` began.
+        update: The server's version after the step.
+        loss: The chief's loss on its own batch.
+        rejected: The server refused the step's gradients (NaN or Inf).
+    """
+
+    seconds: float
+    update: int
+    loss: float
+    rejected: bool = False
+
+
+@dataclass(frozen=True)
+class TuningSettings:
+    """How long tuning may take.
+
+    Args:
+        target_loss: The probe loss to reach.
+        max_trial_steps: The longest trial, in the chief's steps.
+        tuning_overhead: Share of the training time spent tuning.
+        planned_steps: The chief's steps `fit` plans; None when unknown.
+        min_trial_steps: The shortest trial worth measuring.
+        timing_steps: Steps timed at each number of groups.
+        warmup_steps: Steps before the first phase, which time a step.
+    """
+
+    target_loss: float
+    max_trial_steps: int = 40
+    tuning_overhead: float = 0.1
+    planned_steps: int | None = None
+    min_trial_steps: int = 6
+    timing_steps: int = 8
+    warmup_steps: int = 3
+
+
+@dataclass
+class _Timing:
+    groups: list[int]
+    restored_at: int
+    started: float | None = None
+    steps: int = 0
+
+
+@dataclass
+class _Trial:
+    config: Config
+    trial: optuna.trial.Trial
+    restored_at: int
+    started: float
+    staleness_before: collections.Counter
+    losses: list[float] = field(default_factory=list)
+    diverged: bool = False
+
+
+class Tuner:
+    """Tunes the number of groups, momentum and learning rate while training runs.
+
+    Args:
+        cluster: The cluster to steer.
+        study: Where every trial and phase is recorded.
+        settings: The target and the budget.
+        compiled: The configuration training started with.
+        hardware: Predicts seconds per update; every measurement corrects it.
+        say: Where the tuner's decisions are reported.
+        clock: Seconds since `fit` began, as in `Step.seconds`: when a trial begins,
+            after the probe of the one before.
+    """
+
+    def __init__(
+        self,
+        cluster: TuningCluster,
+        study: optuna.Study,
+        settings: TuningSettings,
+        compiled: Config,
+        hardware: HardwareEfficiency,
+        say: Callable[[str], None],
+        clock: Callable[[], float],
+    ) -> None:
+        self.cluster = cluster
+        self._clock = clock
+        self.study = study
+        self.settings = settings
+        self.hardware = hardware
+        self.convergence = ConvergenceTimeModel(settings.target_loss, hardware)
+        self.search = OmnivoreSearch(cluster.devices, compiled)
+        self._say = say
+        self.current = compiled
+        earlier = PhaseRecord.read_all(study)
+        # The cold start reuses what an earlier run of the same study found.
+        self._resumed_from = earlier[-1].config if earlier else None
+        self._phase_index = max((p.index for p in earlier), default=-1)
+        self._first_phase = self._phase_index + 1
+        self._steps = 0
+        self._step_seconds: list[float] = []
+        self._last_seconds: float | None = None
+        self._probe_seconds = 0.0
+        self._tuning_spent = 0.0
+        self._state: _Timing | _Trial | float | None = None  # a float: train until then
+        self._phase: Phase | None = None
+        self._best: tuple[Config, Outcome] | None = None
+        self._start_loss = math.nan
+        self._measured: dict[int, float] = {}
+        self._trial_steps = settings.max_trial_steps
+        self._phase_started = 0.0
+        self._curve: list[list[float]] = []
+        self.decision: dict[str, float] = {
+            "omnivore_groups": compiled.num_groups,
+            "omnivore_momentum": compiled.momentum,
+            "omnivore_learning_rate": compiled.learning_rate,
+            "omnivore_staleness": math.nan,
+            "omnivore_predicted_spu": math.nan,
+            "omnivore_measured_spu": math.nan,
+        }
+        if cluster.devices == 1:
+            say("omnivore: one worker process, one device: tuning momentum and learning rate only")
+        if self._resumed_from is not None:
+            say(f"omnivore: starting from what an earlier run of this study chose: {records.words(self._resumed_from)}")
+
+    # Driven by the callback ---------------------------------------------------------------
+
+    def step(self, step: Step) -> None:
+        """After each of the chief's steps."""
+        self._steps += 1
+        if self._last_seconds is not None:
+            self._step_seconds.append(step.seconds - self._last_seconds)
+        self._last_seconds = step.seconds
+        if self._steps % CURVE_EVERY == 0:
+            self._curve.append([step.seconds, step.update, step.loss])
+        state = self._state
+        if isinstance(state, _Timing):
+            self._timing_step(state, step)
+        elif isinstance(state, _Trial):
+            self._trial_step(state, step)
+        elif state is None and self._steps >= self.settings.warmup_steps:
+            self._start_phase(step.seconds)
+        elif isinstance(state, float) and step.seconds >= state:
+            self._start_phase(step.seconds)
+
+    def end(self) -> None:
+        """`fit` is ending: an interrupted trial or timing run gives way to the best
+        weights reached, and the study keeps the loss curve."""
+        state = self._state
+        if isinstance(state, _Trial):
+            self._record(state, math.nan, updates=0, seconds=math.nan, interrupted=True)
+            self.study.tell(state.trial, state=optuna.trial.TrialState.PRUNED)
+        if isinstance(state, _Trial | _Timing):
+            best = self._best is not None and self._best[0] == self.current
+            self.cluster.restore_snapshot(BEST_SNAPSHOT if best else PHASE_SNAPSHOT)
+            self._apply(self.current)
+        self._state = math.inf
+        self.study.set_user_attr(records.LOSS_CURVE, self._curve)
+
+    # Phases -------------------------------------------------------------------------------
+
+    def _start_phase(self, now: float) -> None:
+        budget = self._phase_budget(self._phase_index + 1)
+        if budget is not None and budget <= 0:
+            self._state = math.inf  # the tuning budget is spent: train to the end
+            return
+        self._phase_index += 1
+        self._phase_started = now
+        self._best = None
+        self.cluster.save_snapshot(PHASE_SNAPSHOT)
+        self._start_loss = self._timed_probe()
+        self._measured = {}
+        groups = [g for g in range(1, self.cluster.devices + 1) if self.cluster.devices % g == 0]
+        if len(groups) > 1:
+            self._begin_timing(_Timing(groups, restored_at=-1))
+        else:
+            self._begin_search(1, now)
+
+    def _begin_timing(self, timing: _Timing) -> None:
+        timing.restored_at = self.cluster.restore_snapshot(PHASE_SNAPSHOT)
+        self.cluster.set_groups(timing.groups[0])
+        timing.started, timing.steps = None, 0
+        self._state = timing
+
+    def _timing_step(self, timing: _Timing, step: Step) -> None:
+        # Steps on weights from before the restore, or of the old layout, are not timed.
+        if step.update <= timing.restored_at + 1:
+            return
+        if timing.started is None:
+            timing.started, timing.restored_at = step.seconds, step.update
+            return
+        timing.steps += 1
+        if timing.steps < self.settings.timing_steps:
+            return
+        groups = timing.groups.pop(0)
+        seconds = (step.seconds - timing.started) / max(step.update - timing.restored_at, 1)
+        self._measured[groups] = seconds
+        self.hardware.observe(groups, seconds)
+        if timing.groups:
+            self._begin_timing(timing)
+            return
+        start = saturation_groups(self.cluster.devices, lambda g: self._measured[g])
+        self._say(
+            f"omnivore phase {self._phase_index}: seconds per update "
+            + ", ".join(f"{s:.3g} with {g}" for g, s in sorted(self._measured.items()))
+            + f" groups: searching from {start} group{'s' * (start > 1)}"
+        )
+        self._begin_search(start, step.seconds)
+
+    def _begin_search(self, start_groups: int, now: float) -> None:
+        cold = self._phase_index == self._first_phase and self._resumed_from is None
+        current = None if cold else (self._resumed_from if self._phase_index == self._first_phase else self.current)
+        planned = self.search.planned_trials(start_groups, cold)
+        self._trial_steps, max_trials = self._trial_size(planned, now)
+        self._phase = self.search.phase(self._phase_index, start_groups, current, max_trials)
+        self._advance(None, now)
+
+    def _advance(self, outcome: Outcome | None, now: float) -> None:
+        """Starts the search's next trial, or ends the phase with its choice."""
+        assert self._phase is not None
+        try:
+            config = next(self._phase) if outcome is None else self._phase.send(outcome)
+        except StopIteration as done:
+            self._finish_phase(done.value, now)
+            return
+        self._begin_trial(config)
+
+    def _begin_trial(self, config: Config) -> None:
+        restored_at = self.cluster.restore_snapshot(PHASE_SNAPSHOT)
+        self._apply(config)
+        self.study.enqueue_trial(records.params_of(config), user_attrs={"phase": self._phase_index})
+        trial = self.study.ask(records.PARAMS)
+        # The trial's time counts from the snapshot's return, not from the probe before it.
+        self._state = _Trial(config, trial, restored_at, self._clock(), self.cluster.staleness())
+
+    def _trial_step(self, running: _Trial, step: Step) -> None:
+        if step.update <= running.restored_at:
+            return  # computed on the weights from before the restore
+        running.losses.append(step.loss)
+        if step.rejected or not math.isfinite(step.loss):
+            running.diverged = True
+            self._end_trial(running, step)
+            return
+        steps = len(running.losses)
+        if steps % REPORT_EVERY == 0:
+            running.trial.report(sum(running.losses[-REPORT_EVERY:]) / REPORT_EVERY, steps)
+            if running.trial.should_prune():
+                self._end_trial(running, step, pruned=True)
+                return
+        if steps >= self._trial_steps:
+            self._end_trial(running, step)
+
+    def _end_trial(self, running: _Trial, step: Step, pruned: bool = False) -> None:
+        # A pruned trial never wins: its weights need no probe.
+        end_loss = math.nan if running.diverged or pruned else self._timed_probe()
+        diverged = running.diverged or (
+            not pruned and (not math.isfinite(end_loss) or end_loss > DIVERGENCE_FACTOR * self._start_loss)
+        )
+        record = self._record(
+            running, end_loss, step.update - running.restored_at, step.seconds - running.started, diverged, pruned
+        )
+        outcome = record.outcome
+        if outcome.usable:
+            self.study.tell(running.trial, outcome.time_to_target)
+        else:
+            self.study.tell(running.trial, state=optuna.trial.TrialState.PRUNED)
+        if outcome.usable and (self._best is None or rank(running.config, outcome) < rank(*self._best)):
+            # The best trial's progress is kept, not thrown away with the others'.
+            self._best = (running.config, outcome)
+            self.cluster.save_snapshot(BEST_SNAPSHOT)
+        self._advance(outcome, step.seconds)
+
+    def _record(
+        self,
+        running: _Trial,
+        end_loss: float,
+        updates: int,
+        seconds: float,
+        diverged: bool = False,
+        pruned: bool = False,
+        interrupted: bool = False,
+    ) -> TrialRecord:
+        estimate = self.convergence.estimate(
+            TrialMeasurement(running.config.num_groups, updates, seconds, self._start_loss, end_loss)
+        )
+        staleness = self.cluster.staleness() - running.staleness_before
+        ttt = math.inf if diverged else estimate.time_to_target
+        record = TrialRecord(
+            phase=self._phase_index,
+            steps=len(running.losses),
+            updates=updates,
+            seconds=seconds,
+            probe_loss_start=self._start_loss,
+            probe_loss_end=end_loss,
+            time_to_target=ttt,
+            updates_to_target=estimate.updates_to_target,
+            predicted_seconds_per_update=estimate.predicted_seconds_per_update,
+            measured_seconds_per_update=estimate.measured_seconds_per_update,
+            mean_staleness=_mean(staleness),
+            measured_momentum=measured_momentum(staleness),
+            diverged=diverged,
+            pruned=pruned,
+            interrupted=interrupted,
+        )
+        record.write(running.trial)
+        return record
+
+    def _finish_phase(self, chosen: Config | None, now: float) -> None:
+        tuning_seconds = now - self._phase_started
+        self._tuning_spent += tuning_seconds
+        if chosen is None:
+            # Nothing tried did better than nothing: keep training as before.
+            self._say(f"omnivore phase {self._phase_index}: no configuration made progress; keeping {records.words(self.current)}")
+            chosen = self.current
+        best = self._best is not None and self._best[0] == chosen
+        self.cluster.restore_snapshot(BEST_SNAPSHOT if best else PHASE_SNAPSHOT)
+        self._apply(chosen)
+        self.current = chosen
+        training_seconds = tuning_seconds * (1 - self.settings.tuning_overhead) / self.settings.tuning_overhead
+        self._state = now + training_seconds
+        chosen_record = self._chosen_record(chosen)
+        self.decision = {
+            "omnivore_groups": chosen.num_groups,
+            "omnivore_momentum": chosen.momentum,
+            "omnivore_learning_rate": chosen.learning_rate,
+            "omnivore_staleness": chosen_record.mean_staleness if chosen_record else math.nan,
+            "omnivore_predicted_spu": self._predicted(chosen.num_groups),
+            "omnivore_measured_spu": chosen_record.measured_seconds_per_update if chosen_record else math.nan,
+        }
+        PhaseRecord(self._phase_index, chosen, tuning_seconds, training_seconds, dict(self._measured)).write(self.study)
+        trials = len(self.search.results)
+        self._say(
+            f"omnivore phase {self._phase_index}: {records.words(chosen)} (tuned in {tuning_seconds:.1f} s, {trials} trial"
+            f"{'s' * (trials != 1)} of {self._trial_steps} steps; next tuning in {training_seconds:.0f} s)"
+        )
+
+    # Helpers ------------------------------------------------------------------------------
+
+    def _apply(self, config: Config) -> None:
+        self.cluster.set_hyperparameters(config.learning_rate, config.momentum)
+        self.cluster.set_groups(config.num_groups)
+
+    def _timed_probe(self) -> float:
+        started = time.monotonic()
+        loss = self.cluster.probe_loss()
+        self._probe_seconds = time.monotonic() - started
+        return loss
+
+    def _phase_budget(self, index: int) -> float | None:
+        """Seconds phase `index` may tune for; None when `fit`'s length is unknown."""
+        if self.settings.planned_steps is None:
+            return None
+        total = self.settings.tuning_overhead * self.settings.planned_steps * self._seconds_per_step()
+        share = _FIRST_PHASE_SHARE if index == self._first_phase else _LATER_PHASE_SHARE
+        return min(share * total, total - self._tuning_spent)
+
+    def _trial_size(self, planned_trials: int, now: float) -> tuple[int, int | None]:
+        """Steps per trial and the most trials, to stay within the phase's budget."""
+        budget = self._phase_budget(self._phase_index)
+        if budget is None:
+            return self.settings.max_trial_steps, None
+        left = budget - (now - self._phase_started)
+        step = self._seconds_per_step()
+        steps = int((left / planned_trials - self._probe_seconds) / step)
+        if steps >= self.settings.min_trial_steps:
+            return min(steps, self.settings.max_trial_steps), None
+        # Too short to tell anything: fewer candidates, the least promising dropped.
+        shortest = self.settings.min_trial_steps
+        return shortest, max(2, int(left / (shortest * step + self._probe_seconds)))
+
+    def _seconds_per_step(self) -> float:
+        recent = self._step_seconds[-20:]
+        return sorted(recent)[len(recent) // 2] if recent else 1.0
+
+    def _chosen_record(self, chosen: Config) -> TrialRecord | None:
+        for trial in reversed(self.study.get_trials(deepcopy=False)):
+            record = TrialRecord.read(trial)
+            if record is not None and record.phase == self._phase_index and records.config_of(trial.params) == chosen:
+                return record
+        return None
+
+    def _predicted(self, groups: int) -> float:
+        try:
+            return self.hardware.seconds_per_update(groups)
+        except ValueError:  # nothing measured yet
+            return math.nan
+
+
+def _mean(histogram: collections.Counter) -> float:
+    total = sum(histogram.values())
+    return sum(lag * count for lag, count in histogram.items()) / total if total else 0.0

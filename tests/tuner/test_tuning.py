@@ -1,0 +1,182 @@
+"""The tuner's logic against a simulated cluster: phases, trials, budget, the end of fit."""
+
+import collections
+import math
+
+import optuna
+import pytest
+
+from omnikeras.convergence import MeasuredHardwareModel
+from omnikeras.tuner import records
+from omnikeras.tuner.records import PhaseRecord, TrialRecord
+from omnikeras.tuner.search import Config
+from omnikeras.tuner.study import open_study
+from omnikeras.tuner.tuning import BEST_SNAPSHOT, PHASE_SNAPSHOT, Step, Tuner, TuningSettings
+
+
+class SimulatedCluster:
+    """A cluster whose 'weights' are their loss: each update multiplies it by a factor
+    that is best at learning rate 0.03 and total momentum 0.9 (explicit plus 1 - 1/g);
+    0.1 and above diverges. Time advances by the seconds per update of the groups."""
+
+    def __init__(self, devices: int = 1, seconds_per_update: dict[int, float] | None = None) -> None:
+        self.devices = devices
+        self.seconds_per_update = seconds_per_update or {1: 0.01}
+        self.loss, self.version, self.seconds = 2.3, 0, 0.0
+        self.learning_rate, self.momentum, self.groups = 0.01, 0.9, 1
+        self.snapshots: dict[str, float] = {}
+        self.restored: list[str] = []
+        self.probes = 0
+
+    def save_snapshot(self, name: str) -> None:
+        self.snapshots[name] = self.loss
+
+    def restore_snapshot(self, name: str) -> int:
+        self.loss = self.snapshots[name]
+        self.restored.append(name)
+        self.version += 1
+        return self.version
+
+    def set_hyperparameters(self, learning_rate: float, momentum: float) -> None:
+        self.learning_rate, self.momentum = learning_rate, momentum
+
+    def set_groups(self, num_groups: int) -> None:
+        self.groups = num_groups
+
+    def staleness(self) -> collections.Counter[int]:
+        return collections.Counter({self.groups - 1: self.version})
+
+    def probe_loss(self) -> float:
+        self.probes += 1
+        return self.loss
+
+    def train_step(self) -> Step:
+        if self.learning_rate >= 0.1:
+            self.loss *= 2.0
+        else:
+            total = self.momentum + 1 - 1 / self.groups
+            quality = math.exp(-math.log10(self.learning_rate / 0.03) ** 2) * max(0.05, 1 - 3 * abs(total - 0.9))
+            self.loss = max(0.02, self.loss * (1 - 0.03 * quality))
+        self.version += self.groups
+        self.seconds += self.seconds_per_update[self.groups] * self.groups
+        return Step(self.seconds, self.version, self.loss if math.isfinite(self.loss) else math.nan)
+
+
+def _tuner(cluster: SimulatedCluster, tmp_path, planned_steps: int | None = 3000, storage: str | None = None, said: list | None = None) -> Tuner:
+    study = open_study(storage or f"sqlite:///{tmp_path}/study.db", "test", warmup_steps=5)
+    settings = TuningSettings(target_loss=0.05, max_trial_steps=20, planned_steps=planned_steps)
+    return Tuner(cluster, study, settings, Config(1, 0.01, 0.9), MeasuredHardwareModel(cluster.devices),
+                 say=(said if said is not None else []).append, clock=lambda: cluster.seconds)
+
+
+def _train(tuner: Tuner, cluster: SimulatedCluster, steps: int) -> None:
+    for _ in range(steps):
+        tuner.step(cluster.train_step())
+
+
+def test_one_device_tunes_momentum_and_learning_rate_and_carries_on_with_the_best(tmp_path) -> None:
+    cluster, said = SimulatedCluster(), []
+    tuner = _tuner(cluster, tmp_path, said=said)
+    _train(tuner, cluster, 600)
+    assert said[0] == "omnivore: one worker process, one device: tuning momentum and learning rate only"
+    (phase,) = PhaseRecord.read_all(tuner.study)[:1]
+    assert phase.config.num_groups == 1 and phase.seconds_per_update == {}
+    assert phase.config.learning_rate == pytest.approx(0.0316, rel=0.01)  # the bowl's best, half a decade up
+    assert any(line.startswith("omnivore phase 0: 1 group,") for line in said)
+    assert cluster.groups == 1 and cluster.learning_rate == phase.config.learning_rate
+
+
+def test_a_diverged_trial_never_wins_nor_lends_its_weights(tmp_path) -> None:
+    cluster = SimulatedCluster()
+    tuner = _tuner(cluster, tmp_path)
+    _train(tuner, cluster, 600)
+    trials = {records.config_of(t.params): TrialRecord.read(t) for t in tuner.study.trials}
+    diverged = [config for config, record in trials.items() if record and record.diverged]
+    assert diverged and all(config.learning_rate >= 0.1 for config in diverged)
+    assert all(t.state == optuna.trial.TrialState.PRUNED for t in tuner.study.trials if TrialRecord.read(t).diverged)
+    chosen = PhaseRecord.read_all(tuner.study)[0].config
+    assert chosen not in diverged
+    # The weights that carried on are the best trial's, restored from its snapshot.
+    assert BEST_SNAPSHOT in cluster.restored
+
+
+def test_several_devices_are_timed_and_the_search_starts_where_more_groups_stop_paying(tmp_path) -> None:
+    cluster, said = SimulatedCluster(devices=4, seconds_per_update={1: 0.04, 2: 0.021, 4: 0.02}), []
+    tuner = _tuner(cluster, tmp_path, planned_steps=None, said=said)
+    _train(tuner, cluster, 800)
+    phase = PhaseRecord.read_all(tuner.study)[0]
+    assert set(phase.seconds_per_update) == {1, 2, 4}
+    assert phase.seconds_per_update[1] == pytest.approx(0.04, rel=0.1)
+    # 4 groups are not 10% faster than 2: the search starts at 2.
+    assert any("searching from 2 groups" in line for line in said)
+    tried_groups = {records.config_of(t.params).num_groups for t in tuner.study.trials if TrialRecord.read(t).phase == 0}
+    assert 2 in tried_groups and 4 not in tried_groups
+
+
+def test_tuning_stays_within_its_share_of_the_planned_training(tmp_path) -> None:
+    cluster = SimulatedCluster()
+    planned = 2000
+    tuner = _tuner(cluster, tmp_path, planned_steps=planned)
+    _train(tuner, cluster, planned)
+    phases = PhaseRecord.read_all(tuner.study)
+    planned_seconds = planned * cluster.seconds_per_update[1]
+    spent = sum(phase.tuning_seconds for phase in phases)
+    # The probes cost nothing here: the budget is all steps.
+    assert 0 < spent <= 0.1 * planned_seconds * 1.15
+    trial_steps = {TrialRecord.read(t).steps for t in tuner.study.trials if not TrialRecord.read(t).diverged}
+    assert max(trial_steps) < 20  # trials shrank to fit
+
+
+def test_a_short_run_drops_candidates_rather_than_overrun(tmp_path) -> None:
+    cluster = SimulatedCluster()
+    tuner = _tuner(cluster, tmp_path, planned_steps=300)
+    _train(tuner, cluster, 300)
+    finished = [t for t in tuner.study.trials if not TrialRecord.read(t).interrupted]
+    assert 2 <= len(finished) < 10
+    assert all(TrialRecord.read(t).steps <= 6 for t in finished)
+
+
+def test_an_interrupted_trial_gives_way_to_the_best_weights(tmp_path) -> None:
+    cluster = SimulatedCluster()
+    tuner = _tuner(cluster, tmp_path, planned_steps=None)
+    # Into the cold start: a few trials done, one running.
+    _train(tuner, cluster, 3 + 20 * 3 + 7)
+    best_loss = cluster.snapshots[BEST_SNAPSHOT]
+    tuner.end()
+    assert cluster.restored[-1] == BEST_SNAPSHOT
+    assert cluster.loss == best_loss
+    assert (cluster.learning_rate, cluster.momentum) == (0.01, 0.9)
+    interrupted = [TrialRecord.read(t) for t in tuner.study.trials if TrialRecord.read(t).interrupted]
+    assert len(interrupted) == 1
+    assert tuner.study.user_attrs[records.LOSS_CURVE]
+
+
+def test_nothing_tried_helps_keeps_the_phase_s_weights_and_settings(tmp_path) -> None:
+    cluster = SimulatedCluster()
+    cluster.train_step = lambda: Step(cluster.seconds, cluster.version, math.nan)  # type: ignore[method-assign]
+
+    def flat_step() -> Step:
+        cluster.version += 1
+        cluster.seconds += 0.01
+        return Step(cluster.seconds, cluster.version, cluster.loss)
+
+    cluster.train_step = flat_step  # type: ignore[method-assign]
+    said: list[str] = []
+    tuner = _tuner(cluster, tmp_path, planned_steps=None, said=said)
+    _train(tuner, cluster, 800)
+    assert any("no configuration made progress; keeping 1 group, momentum 0.9, learning rate 0.01" in line for line in said)
+    assert PHASE_SNAPSHOT in cluster.restored
+
+
+def test_a_later_run_of_the_same_study_starts_from_its_choice(tmp_path) -> None:
+    storage = f"sqlite:///{tmp_path}/shared.db"
+    first = SimulatedCluster()
+    _train(_tuner(first, tmp_path, storage=storage), first, 600)
+    chosen = PhaseRecord.read_all(optuna.load_study(study_name="test", storage=storage))[0].config
+    second, said = SimulatedCluster(), []
+    tuner = _tuner(second, tmp_path, storage=storage, said=said)
+    _train(tuner, second, 200)
+    assert any("starting from what an earlier run of this study chose" in line for line in said)
+    newest = [t for t in tuner.study.trials if TrialRecord.read(t) and TrialRecord.read(t).phase > 0]
+    assert records.config_of(newest[0].params) == chosen
+    assert not any(records.config_of(t.params).learning_rate == 0.0001 for t in newest), "no cold start again"
