@@ -1,11 +1,13 @@
-"""The training script that `time_to_accuracy.py` launches on every worker.
+"""The training script that `time_to_accuracy.py` runs: launched on every worker, or with
+`--plain` as plain Keras in one process.
 
-The chief checks the test accuracy every few seconds and stops training (for every
-worker) once it reaches the target, printing `REACHED <seconds since fit began>`, or
-`NOT REACHED <seconds>` when the time runs out.
+The chief (or the plain process) checks the test accuracy every few seconds and stops
+training (for every worker) once it reaches the target, printing `REACHED <seconds since
+fit began>`, or `NOT REACHED <seconds>` when the time runs out.
 """
 
 import argparse
+import contextlib
 import pathlib
 import sys
 import time
@@ -25,8 +27,11 @@ parser.add_argument("--max-seconds", type=float, required=True)
 parser.add_argument("--batch-size", type=int, default=64)
 parser.add_argument("--learning-rate", type=float, default=0.01)
 parser.add_argument("--momentum", type=float, default=0.9)
+parser.add_argument("--plain", action="store_true", help="plain Keras in this process, no strategy")
+parser.add_argument("--adam", action="store_true", help="with --plain: Adam with Keras' defaults instead of SGD")
 parser.add_argument("--omnivore-target-loss", type=float, help="tune with OmnivoreCallback towards this loss")
-parser.add_argument("--budget", type=int, default=20)
+parser.add_argument("--budget", type=int, default=40)
+parser.add_argument("--epochs", type=int, default=5, help="the planned training, which the tuner budgets against")
 parser.add_argument("--storage")
 parser.add_argument("--check-every", type=float, default=2.0, help="seconds between accuracy checks")
 parser.add_argument("--check-examples", type=int, default=2000, help="test examples each check evaluates")
@@ -58,8 +63,8 @@ class StopAtAccuracy(keras.callbacks.Callback):
 
 keras.utils.set_random_seed(0)
 (x_train, y_train), (x_test, y_test) = getattr(omnikeras.datasets, args.dataset)()
-strategy = omnikeras.GroupedAsyncStrategy()
-with strategy.scope():
+strategy = None if args.plain else omnikeras.GroupedAsyncStrategy()
+with strategy.scope() if strategy else contextlib.nullcontext():
     if args.dataset == "digits":
         model = keras.Sequential([
             keras.Input((8, 8, 1)),
@@ -70,15 +75,16 @@ with strategy.scope():
         ])
     else:
         model = fashion_mnist_example.build_model()
-    model.compile(
-        optimizer=keras.optimizers.SGD(args.learning_rate, momentum=args.momentum),
-        loss="sparse_categorical_crossentropy",
-        metrics=["accuracy"],
-    )
+    optimizer = keras.optimizers.Adam() if args.adam else keras.optimizers.SGD(args.learning_rate, momentum=args.momentum)
+    model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy", metrics=["accuracy"])
 callbacks: list[keras.callbacks.Callback] = []
 if args.omnivore_target_loss:
     callbacks.append(omnikeras.OmnivoreCallback(args.omnivore_target_loss, storage=args.storage, budget=args.budget))
-if strategy.config.is_chief:
+if strategy is None or strategy.config.is_chief:
     # A fixed part of the test set keeps each check short: the chief's group waits for it.
     callbacks.append(StopAtAccuracy(x_test[: args.check_examples], y_test[: args.check_examples]))
-model.fit(x_train, y_train, batch_size=args.batch_size, epochs=1000, callbacks=callbacks, verbose=0)
+model.fit(x_train, y_train, batch_size=args.batch_size, epochs=args.epochs, callbacks=callbacks, verbose=0)
+checker = callbacks[-1]
+if isinstance(checker, StopAtAccuracy) and not model.stop_training:
+    accuracy = model.evaluate(checker.x, checker.y, verbose=0, batch_size=1024)[1]
+    print(f"NOT REACHED {time.monotonic() - checker.started:.2f} accuracy {accuracy:.4f} (the planned epochs ended)", flush=True)

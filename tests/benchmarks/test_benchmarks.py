@@ -23,7 +23,10 @@ BENCHMARKS = pathlib.Path(__file__).resolve().parents[2] / "benchmarks"
             "plain_ms", "hook_only_ms", "grpc_ms", "shared_memory_ms", "grpc_exchange_ms", "shared_memory_exchange_ms",
             "shared_memory_copy_in_ms", "shared_memory_wait_ms", "server_update_ms",
         }),
-        ("time_to_accuracy.py", {"sync_s", "async_s", "omnivore_s", "best_baseline_over_omnivore"}),
+        ("time_to_accuracy.py", {
+            "plain_sgd_s", "plain_adam_s", "sync_s", "async_s", "omnivore_s", "omnivore_over_best_host",
+            *(() if MISSING else ("emulated_sync_s", "emulated_async_s", "emulated_omnivore_s", "emulated_best_fixed_over_omnivore")),
+        }),
         ("cpu_path.py", {"merged_vs_4_processes", "merged_vs_plain_keras", "flops_fraction_of_matmul"}),
         pytest.param(
             "emulated_cluster.py", {"link_mb_s", "spu_by_groups", "async_over_sync_updates_per_s"},
