@@ -96,7 +96,6 @@ def main() -> int:
     watch = Stopwatch()
     # The two parts of a push_pull through shared memory: the worker's copy of its
     # gradients into the segment, and everything until the reply (the server's work).
-    channel = shared_memory_client.SharedMemoryChannel
     copy_in, reply = shared_memory_client.parallel.copy, shared_memory_client.shared_memory.receive
     shared_memory_client.parallel.copy = watch.wrap("copy_in", copy_in)
     shared_memory_client.shared_memory.receive = watch.wrap("wait", reply)
