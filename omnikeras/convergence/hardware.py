@@ -17,7 +17,6 @@ import statistics
 from collections import Counter
 from collections.abc import Sequence
 
-from omnikeras.convergence.saturation import saturation_groups
 from omnikeras.profiles import DeviceProfile, batch_shares
 
 
@@ -89,7 +88,3 @@ class HardwareModel:
         predicted = self.seconds_per_update(num_groups)
         self._ratios.append(measured_seconds_per_update / self.predict(num_groups))
         return (predicted - measured_seconds_per_update) / measured_seconds_per_update
-
-    def saturation_groups(self, min_gain: float = 0.10) -> int:
-        """The largest number of groups worth having, by the profiles' predictions."""
-        return saturation_groups(self.num_workers, self.predict, min_gain)

@@ -8,8 +8,6 @@ the model assumes no gain from more groups, the cautious guess.
 
 import numpy as np
 
-from omnikeras.convergence.saturation import saturation_groups
-
 
 class MeasuredHardwareModel:
     """Predicts seconds per update for any number of groups from the ones measured.
@@ -48,9 +46,3 @@ class MeasuredHardwareModel:
             error = (predicted - measured_seconds_per_update) / measured_seconds_per_update
         self._measured.setdefault(num_groups, []).append(measured_seconds_per_update)
         return error
-
-    def saturation_groups(self, min_gain: float = 0.10) -> int:
-        """Without two measurements, every number of groups is worth a try."""
-        if len(self._measured) < 2:
-            return self.num_workers
-        return saturation_groups(self.num_workers, self.seconds_per_update, min_gain)

@@ -1,19 +1,28 @@
 """Where more groups stop paying: the prototype's rule for the most asynchronous layout."""
 
-from collections.abc import Callable
+from collections.abc import Mapping, Sequence
 
 
-def saturation_groups(num_workers: int, seconds_per_update: Callable[[int], float], min_gain: float = 0.10) -> int:
-    """The largest number of groups worth having: starting from 1, groups grow to the next
-    divisor of the workers while each step is at least `min_gain` faster per update.
+def most_groups_worth_having(
+    seconds_per_update: Mapping[int, float], choices: Sequence[int], min_gain: float = 0.10
+) -> int | None:
+    """The largest number of groups whose seconds per update are at least `min_gain`
+    better than those of the next fewer (the Omnivore prototype's time threshold), or
+    the fewest when none is; None while the numbers measured so far cannot tell.
 
-    >>> saturation_groups(8, lambda g: {1: 1.0, 2: 0.6, 4: 0.5, 8: 0.48}[g])
+    Measured largest first, the answer often needs only the two largest.
+
+    >>> most_groups_worth_having({8: 0.02, 4: 0.034}, [1, 2, 4, 8])
+    8
+    >>> most_groups_worth_having({8: 0.48, 4: 0.5}, [1, 2, 4, 8]) is None
+    True
+    >>> most_groups_worth_having({8: 0.48, 4: 0.5, 2: 0.6}, [1, 2, 4, 8])
     4
     """
-    candidates = [g for g in range(1, num_workers + 1) if num_workers % g == 0]
-    best = candidates[0]
-    for more in candidates[1:]:
-        if seconds_per_update(more) > (1 - min_gain) * seconds_per_update(best):
-            break
-        best = more
-    return best
+    descending = sorted(choices, reverse=True)
+    for more, fewer in zip(descending, descending[1:]):
+        if more not in seconds_per_update or fewer not in seconds_per_update:
+            return None
+        if seconds_per_update[more] <= (1 - min_gain) * seconds_per_update[fewer]:
+            return more
+    return descending[-1]

@@ -14,8 +14,6 @@ class HardwareEfficiency(Protocol):
 
     def observe(self, num_groups: int, measured_seconds_per_update: float) -> float: ...
 
-    def saturation_groups(self, min_gain: float = 0.10) -> int: ...
-
 
 @dataclass(frozen=True)
 class TrialMeasurement:

@@ -1,11 +1,14 @@
 """Which configurations to try: the Omnivore prototype's search, phase by phase.
 
-Phase 0 (cold start) begins with the settings the model was compiled with, then runs the
-prototype's cold start: synchronous (g = 1) with momentum 0.9 and learning rates from 0.1
-down to 0.0001 (nearest to the compiled one first); if the best sits on the edge of that
-range, the range widens, and the best's neighbours half a decade away are tried too. Then,
-at the number of groups the caller measured to be the most asynchronous worth having, the
-momentum grid {0, 0.3, 0.6, 0.9} x learning rate {best, best / 10}; while the grid's best
+Phase 0 (cold start) begins with the settings the model was compiled with and, where
+more groups pay, the momentum grid at the most asynchronous number of groups worth
+having with the compiled learning rate, then runs the prototype's cold start:
+synchronous (g = 1) with momentum 0.9 and learning rates from 0.1 down to 0.0001
+(nearest to the compiled one first); if the best sits on the edge of that range, the
+range widens, and the best's neighbours half a decade away are tried too. Then, at the
+number of groups the caller measured to be the most asynchronous worth having, the
+momentum grid {0, 0.3, 0.6, 0.9} x learning rate {best, best / 10} (the momenta that
+bring the total, with asynchrony's 1 - 1/g, nearest 0.9 first); while the grid's best
 momentum at g is 0, asynchrony brings too much momentum by itself and g halves. At the
 last g, the best momentum is refined half a grid step either way (0.6 gives 0.45, 0.75).
 
@@ -33,6 +36,8 @@ The search only decides; its caller runs each configuration and sends back the o
 import math
 from collections.abc import Generator
 from dataclasses import dataclass
+
+from omnikeras.convergence.momentum import implicit_momentum
 
 
 @dataclass(frozen=True)
@@ -121,15 +126,20 @@ class OmnivoreSearch:
         """
         self.results = {}
         self._max_trials = max_trials
+        groups = self._divisor_at_most(start_groups)
         if index == 0 and current is None:
             yield from self._try(self.compiled)
+            # What asynchrony's momentum suggests comes before the synchronous sweep: a
+            # short budget keeps these, the most promising where more groups pay.
+            for momentum in self._momenta_by_promise(groups) if groups > 1 else ():
+                yield from self._try(Config(groups, self.compiled.learning_rate, momentum))
             best_lr = yield from self._cold_start()
             learning_rates = (best_lr, best_lr / 10)
         else:
             assert current is not None
             learning_rates = (current.learning_rate, current.learning_rate / 10)
             yield from self._try(current)
-        yield from self._groups_and_momentum(self._divisor_at_most(start_groups), learning_rates)
+        yield from self._groups_and_momentum(groups, learning_rates)
         return self.best()
 
     def planned_trials(self, start_groups: int, cold_start: bool) -> int:
@@ -169,8 +179,7 @@ class OmnivoreSearch:
 
     def _groups_and_momentum(self, groups: int, learning_rates: tuple[float, ...]) -> Generator[Config, Outcome, None]:
         while True:
-            # The momenta nearest the usual 0.9 first, each with the best learning rate first.
-            for momentum in reversed(self.momenta):
+            for momentum in self._momenta_by_promise(groups):
                 for lr in learning_rates:
                     yield from self._try(Config(groups, lr, momentum))
             best = self._best_at(groups)
@@ -183,6 +192,11 @@ class OmnivoreSearch:
             for momentum in (best.momentum - step, best.momentum + step):
                 if 0 <= momentum < 1:
                     yield from self._try(Config(groups, best.learning_rate, round(momentum, 6)))
+
+    def _momenta_by_promise(self, groups: int) -> list[float]:
+        """The grid's momenta, those that bring the total (with asynchrony's 1 - 1/g)
+        nearest the usual 0.9 first."""
+        return sorted(self.momenta, key=lambda m: (abs(m + implicit_momentum(groups) - 0.9), -m))
 
     def _try(self, config: Config) -> Generator[Config, Outcome, None]:
         if config in self.results:

@@ -1,9 +1,10 @@
 """The Omnivore optimizer's logic, driven one training step at a time.
 
 A tuning phase saves a snapshot of the weights and measures its loss on a fixed probe
-batch. With several worker processes it first times every number of groups that divides
-them (a few steps each, from the snapshot) and starts the search at the most asynchronous
-one that is still 10% faster per update than the next fewer (the prototype's rule). Then
+batch. With several worker processes it first times the numbers of groups that divide
+them, largest first (a few steps each, from the snapshot), until it knows the largest
+that is at least 10% faster per update than the next fewer (the prototype's rule), and
+starts the search there. Then
 each configuration the search yields runs as a trial from the snapshot; its final weights
 are measured on the probe batch, and the convergence-time model turns the two losses, the
 updates and the seconds into a time to the target loss, counted from the snapshot. The
@@ -30,7 +31,7 @@ from typing import Protocol
 import optuna
 
 from omnikeras.convergence import ConvergenceTimeModel, HardwareEfficiency, TrialMeasurement, measured_momentum
-from omnikeras.convergence.saturation import saturation_groups
+from omnikeras.convergence.saturation import most_groups_worth_having
 from omnikeras.tuner import records
 from omnikeras.tuner.records import PhaseRecord, TrialRecord
 from omnikeras.tuner.search import Config, OmnivoreSearch, Outcome, Phase, rank
@@ -107,12 +108,13 @@ class TuningSettings:
     tuning_overhead: float = 0.1
     planned_steps: int | None = None
     min_trial_steps: int = 6
-    timing_steps: int = 8
+    timing_steps: int = 5
     warmup_steps: int = 3
 
 
 @dataclass
 class _Timing:
+    # Still to time, largest first.
     groups: list[int]
     restored_at: int
     started: float | None = None
@@ -241,9 +243,8 @@ class Tuner:
         self.cluster.save_snapshot(PHASE_SNAPSHOT)
         self._start_loss = self._timed_probe()
         self._measured = {}
-        groups = [g for g in range(1, self.cluster.devices + 1) if self.cluster.devices % g == 0]
-        if len(groups) > 1:
-            self._begin_timing(_Timing(groups, restored_at=-1))
+        if len(self._choices()) > 1:
+            self._begin_timing(_Timing(sorted(self._choices(), reverse=True), restored_at=-1))
         else:
             self._begin_search(1, now)
 
@@ -267,10 +268,10 @@ class Tuner:
         seconds = (step.seconds - timing.started) / max(step.update - timing.restored_at, 1)
         self._measured[groups] = seconds
         self.hardware.observe(groups, seconds)
-        if timing.groups:
+        start = most_groups_worth_having(self._measured, self._choices())
+        if start is None:
             self._begin_timing(timing)
             return
-        start = saturation_groups(self.cluster.devices, lambda g: self._measured[g])
         self._say(
             f"omnivore phase {self._phase_index}: seconds per update "
             + ", ".join(f"{s:.3g} with {g}" for g, s in sorted(self._measured.items()))
@@ -438,6 +439,10 @@ class Tuner:
         # Too short to tell anything: fewer candidates, the least promising dropped.
         shortest = self.settings.min_trial_steps
         return shortest, max(2, int(left / (shortest * step + self._probe_seconds)))
+
+    def _choices(self) -> list[int]:
+        """The numbers of groups that divide the worker processes."""
+        return [g for g in range(1, self.cluster.devices + 1) if self.cluster.devices % g == 0]
 
     def _seconds_per_step(self) -> float:
         recent = self._step_seconds[-20:]

@@ -7,6 +7,7 @@ import random
 import pytest
 
 from omnikeras.convergence import HardwareModel, MeasuredHardwareModel
+from omnikeras.convergence.saturation import most_groups_worth_having
 from omnikeras.profiles import DeviceProfile, batch_shares
 
 FAST = DeviceProfile("/GPU:0", "GPU", (8, 32, 128), (2000.0, 6000.0, 9000.0))
@@ -76,7 +77,16 @@ def test_the_server_caps_the_update_rate() -> None:
     model = HardwareModel([FAST] * 8, batch_size=8, push_pull_seconds=0.0, server_seconds_per_update=0.05)
     assert model.predict(8) == pytest.approx(0.05)
     # More groups stop paying once the server is busy all the time.
-    assert model.saturation_groups() < 8
+    assert most_groups_worth_having({g: model.predict(g) for g in (1, 2, 4, 8)}, [1, 2, 4, 8]) < 8
+
+
+def test_the_most_groups_worth_having_is_decided_largest_first() -> None:
+    choices = [1, 2, 4, 8]
+    assert most_groups_worth_having({8: 1.0, 4: 2.0}, choices) == 8
+    assert most_groups_worth_having({8: 1.95, 4: 2.0}, choices) is None
+    assert most_groups_worth_having({8: 1.95, 4: 2.0, 2: 2.1, 1: 2.2}, choices) == 1
+    assert most_groups_worth_having({8: 1.95, 4: 2.0, 2: 2.5}, choices) == 4
+    assert most_groups_worth_having({1: 3.0}, [1]) == 1
 
 
 def test_observations_report_the_prediction_error() -> None:

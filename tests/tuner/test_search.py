@@ -40,9 +40,12 @@ def test_finds_the_known_optimum() -> None:
     optimum = Config(num_groups=2, learning_rate=0.01, momentum=0.3)
     chosen, tried = _run(OmnivoreSearch(4, COMPILED), _bowl(optimum, {1: 1.0, 2: 0.55, 4: 0.54}), start_groups=4)
     assert chosen == optimum
-    # The compiled settings first, then the cold start, synchronous with momentum 0.9,
-    # nearest learning rate first, then the best's neighbours half a decade away.
-    assert tried[:5] == [COMPILED] + [Config(1, lr, 0.9) for lr in (0.1, 0.001, 0.0001)] + [Config(1, 0.01 * 10**0.5, 0.9)]
+    # The compiled settings first; then, where more groups pay, the momenta at 4 groups
+    # that bring the total nearest 0.9 (asynchrony gives 0.75); then the cold start,
+    # synchronous with momentum 0.9, nearest learning rate first, then the best's
+    # neighbours half a decade away.
+    assert tried[:5] == [COMPILED] + [Config(4, 0.01, m) for m in (0.3, 0.0, 0.6, 0.9)]
+    assert tried[5:9] == [Config(1, lr, 0.9) for lr in (0.1, 0.001, 0.0001)] + [Config(1, 0.01 * 10**0.5, 0.9)]
 
 
 def test_every_momentum_of_the_grid_at_every_number_of_groups_then_refined() -> None:

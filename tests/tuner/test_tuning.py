@@ -113,6 +113,16 @@ def test_several_devices_are_timed_and_the_search_starts_where_more_groups_stop_
     assert 2 in tried_groups and 4 not in tried_groups
 
 
+def test_timing_stops_once_the_largest_numbers_of_groups_decide(tmp_path) -> None:
+    cluster, said = SimulatedCluster(devices=4, seconds_per_update={1: 0.04, 2: 0.03, 4: 0.01}), []
+    tuner = _tuner(cluster, tmp_path, planned_steps=None, said=said)
+    _train(tuner, cluster, 800)
+    phase = PhaseRecord.read_all(tuner.study)[0]
+    # 4 groups are more than 10% faster than 2: 1 group never needs timing.
+    assert set(phase.seconds_per_update) == {2, 4}
+    assert any("searching from 4 groups" in line for line in said)
+
+
 def test_tuning_stays_within_its_share_of_the_planned_training(tmp_path) -> None:
     cluster = SimulatedCluster()
     planned = 2000
