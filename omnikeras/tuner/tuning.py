@@ -4,9 +4,9 @@ A tuning phase saves a snapshot of the weights and measures its loss on a fixed 
 batch. With several worker processes it first times the numbers of groups that divide
 them, largest first (a few steps each, from the snapshot), until it knows the largest
 that is at least 10% faster per update than the next fewer (the prototype's rule), and
-starts the search there. Then
-each configuration the search yields runs as a trial from the snapshot; its final weights
-are measured on the probe batch, and the convergence-time model turns the two losses, the
+starts the search there. Then each configuration the search yields runs as a trial from
+the snapshot, for as many updates per group as every other trial; its final weights are
+measured on the probe batch, and the convergence-time model turns the two losses, the
 updates and the seconds into a time to the target loss, counted from the snapshot. The
 best trial's weights carry on with its configuration for a training phase, after which
 the next tuning phase starts.
@@ -95,7 +95,8 @@ class TuningSettings:
 
     Args:
         target_loss: The probe loss to reach.
-        max_trial_steps: The longest trial, in the chief's steps.
+        max_trial_steps: The longest trial, in the chief's steps: g times as many updates
+            with g groups, each group's steps about as many as the chief's.
         tuning_overhead: Share of the training time spent tuning.
         planned_steps: The chief's steps `fit` plans; None when unknown.
         min_trial_steps: The shortest trial worth measuring.
@@ -319,7 +320,9 @@ class Tuner:
             if running.trial.should_prune():
                 self._end_trial(running, step, pruned=True)
                 return
-        if steps >= self._trial_steps:
+        # Every trial of g groups runs as many updates, whatever the chief's share of them:
+        # extrapolations from unequal stretches of the loss curve are not comparable.
+        if step.update - running.restored_at >= self._trial_steps * running.config.num_groups:
             self._end_trial(running, step)
 
     def _end_trial(self, running: _Trial, step: Step, pruned: bool = False) -> None:

@@ -2,6 +2,7 @@
 
 import collections
 import math
+import random
 
 import optuna
 import pytest
@@ -121,6 +122,34 @@ def test_timing_stops_once_the_largest_numbers_of_groups_decide(tmp_path) -> Non
     # 4 groups are more than 10% faster than 2: 1 group never needs timing.
     assert set(phase.seconds_per_update) == {2, 4}
     assert any("searching from 4 groups" in line for line in said)
+
+
+class UnevenCluster(SimulatedCluster):
+    """The other groups push between 0 and 3 updates for each of the chief's steps."""
+
+    def __init__(self, devices: int, seconds_per_update: dict[int, float]) -> None:
+        super().__init__(devices, seconds_per_update)
+        self._random = random.Random(7)
+
+    def train_step(self) -> Step:
+        step = super().train_step()
+        self.version += self._random.randint(0, 3) * (self.groups - 1) - (self.groups - 1)
+        return Step(step.seconds, self.version, step.loss)
+
+
+def test_every_trial_of_g_groups_runs_as_many_updates_whatever_the_chief_s_share(tmp_path) -> None:
+    cluster = UnevenCluster(devices=4, seconds_per_update={1: 0.04, 2: 0.03, 4: 0.01})
+    tuner = _tuner(cluster, tmp_path, planned_steps=None)
+    _train(tuner, cluster, 800)
+    updates: dict[int, list[int]] = collections.defaultdict(list)
+    for trial in tuner.study.trials:
+        record = TrialRecord.read(trial)
+        if record is not None and not (record.diverged or record.pruned or record.interrupted):
+            updates[records.config_of(trial.params).num_groups].append(record.updates)
+    assert updates[4]
+    for groups, counts in updates.items():
+        # At least 20 steps' worth of updates, overshot by at most one step's burst.
+        assert min(counts) >= 20 * groups and max(counts) - min(counts) <= 3 * (groups - 1), (groups, counts)
 
 
 def test_tuning_stays_within_its_share_of_the_planned_training(tmp_path) -> None:
