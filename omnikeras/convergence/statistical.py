@@ -18,18 +18,20 @@ import math
 def updates_to_target(start_loss: float, end_loss: float, updates: int, target_loss: float) -> float:
     """Predicted updates after the trial until the probe loss reaches `target_loss`.
 
-    Returns 0 if the loss is at the target already; `inf` if it did not fall, is not
-    finite, or no update was applied.
+    Negative when the trial went past the target: by the same geometric fall, that many
+    updates before its end it was there, so trials that all pass the target are still
+    ranked by how soon they did. `inf` if the loss did not fall, is not finite, or no
+    update was applied.
 
     >>> round(updates_to_target(2.0, 1.0, 10, 0.25), 6)
     20.0
+    >>> round(updates_to_target(2.0, 0.5, 10, 1.0), 6)
+    -5.0
     """
     if target_loss <= 0:
         raise ValueError(f"target_loss must be positive, got {target_loss}")
     if not (math.isfinite(start_loss) and math.isfinite(end_loss)) or end_loss <= 0 or start_loss <= 0:
         return math.inf
-    if end_loss <= target_loss:
-        return 0.0
     if updates <= 0 or end_loss >= start_loss:
         return math.inf
     rate = math.log(start_loss / end_loss) / updates

@@ -7,7 +7,8 @@ that is at least 10% faster per update than the next fewer (the prototype's rule
 starts the search there. Then each configuration the search yields runs as a trial from
 the snapshot, for as many updates per group as every other trial; its final weights are
 measured on the probe batch, and the convergence-time model turns the two losses, the
-updates and the seconds into a time to the target loss, counted from the snapshot. The
+updates and the seconds into a time to the target loss (once the probe loss is there, to
+half the phase's starting loss), counted from the snapshot. The
 best trial's weights carry on with its configuration for a training phase, after which
 the next tuning phase starts.
 
@@ -243,6 +244,12 @@ class Tuner:
         self._best = None
         self.cluster.save_snapshot(PHASE_SNAPSHOT)
         self._start_loss = self._timed_probe()
+        # Once the probe loss is at the target, trials are ranked by how soon they halve it:
+        # the time to any loss below the start ranks them by the same rate.
+        target = self.settings.target_loss
+        self.convergence = ConvergenceTimeModel(
+            target if not self._start_loss <= target else self._start_loss / 2, self.hardware
+        )
         self._measured = {}
         if len(self._choices()) > 1:
             self._begin_timing(_Timing(sorted(self._choices(), reverse=True), restored_at=-1))

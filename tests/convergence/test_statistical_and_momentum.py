@@ -27,7 +27,12 @@ def test_no_progress_means_never(start: float, end: float, updates: int) -> None
 
 
 def test_a_loss_at_the_target_needs_no_more_updates() -> None:
-    assert updates_to_target(0.5, 0.3, 10, 0.3) == 0.0
+    assert updates_to_target(0.5, 0.3, 10, 0.3) == pytest.approx(0.0)
+
+
+def test_a_trial_past_the_target_reached_it_before_its_end() -> None:
+    # Quartered in 10 updates: halved, to the target, after 5.
+    assert updates_to_target(1.0, 0.25, 10, 0.5) == pytest.approx(-5.0)
 
 
 def test_time_to_target_counts_the_trial_and_the_updates_after_it() -> None:
@@ -37,8 +42,9 @@ def test_time_to_target_counts_the_trial_and_the_updates_after_it() -> None:
     assert estimate.measured_seconds_per_update == pytest.approx(0.15)
     assert estimate.updates_to_target == pytest.approx(10.0)
     assert estimate.time_to_target == pytest.approx(3.0 + 0.15 * 10)
-    reached = model.estimate(TrialMeasurement(2, updates=20, seconds=3.0, start_loss=1.0, end_loss=0.1))
-    assert reached.time_to_target == 3.0
+    # Past the target: it was there when the loss had fallen by ln 8 of its ln 10.
+    passed = model.estimate(TrialMeasurement(2, updates=20, seconds=3.0, start_loss=1.0, end_loss=0.1))
+    assert passed.time_to_target == pytest.approx(3.0 * math.log(8) / math.log(10))
 
 
 def test_asynchrony_begets_momentum() -> None:

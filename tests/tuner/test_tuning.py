@@ -152,6 +152,20 @@ def test_every_trial_of_g_groups_runs_as_many_updates_whatever_the_chief_s_share
         assert min(counts) >= 20 * groups and max(counts) - min(counts) <= 3 * (groups - 1), (groups, counts)
 
 
+def test_past_the_target_trials_are_ranked_by_their_progress_not_by_a_tie(tmp_path) -> None:
+    cluster = SimulatedCluster()
+    study = open_study(f"sqlite:///{tmp_path}/study.db", "test", warmup_steps=5)
+    # The loss starts at 2.3, below this target: every trial is past it at once.
+    settings = TuningSettings(target_loss=3.0, max_trial_steps=20, planned_steps=None)
+    tuner = Tuner(cluster, study, settings, Config(1, 0.01, 0.9), MeasuredHardwareModel(1), say=[].append,
+                  clock=lambda: cluster.seconds)
+    _train(tuner, cluster, 800)
+    chosen = PhaseRecord.read_all(tuner.study)[0].config
+    # The simulated optimum is a rate of 0.03 with momentum 0.9; a tie would have gone to
+    # the smallest rate and momentum.
+    assert chosen.momentum == 0.9 and 0.01 <= chosen.learning_rate <= 0.1
+
+
 def test_tuning_stays_within_its_share_of_the_planned_training(tmp_path) -> None:
     cluster = SimulatedCluster()
     planned = 2000
