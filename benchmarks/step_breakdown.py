@@ -118,7 +118,7 @@ def main() -> int:
         strategy.worker.push_pull = watch.wrap(name, strategy.worker.push_pull)
     prepared: list[np.ndarray] = []
 
-    def hand_back_prepared(*gradients: np.ndarray) -> list[np.ndarray]:
+    def hand_back_prepared(names: tuple[str, ...], *gradients: np.ndarray) -> list[np.ndarray]:
         # Off a 64-byte boundary, as the segment's weights are: TensorFlow copies them.
         if not prepared:
             for gradient in gradients:

@@ -40,6 +40,9 @@ class WorkerConfig:
         shared_memory: Exchange gradients and weights with parameter servers on this host
             through shared memory. Defaults to True; False sends them over gRPC, as to a
             server on another host.
+        rejoining: This worker replaces one of its index that died: it joins training
+            under way without waiting for the others, or ends at once if the chief has
+            ended it. Defaults to False.
     """
 
     parameter_servers: tuple[str, ...]
@@ -52,6 +55,7 @@ class WorkerConfig:
     startup_timeout: float = 300.0
     finish_timeout: float = 300.0
     shared_memory: bool = True
+    rejoining: bool = False
 
     def __post_init__(self) -> None:
         if not self.parameter_servers:
@@ -76,6 +80,11 @@ class WorkerConfig:
     def worker_id(self) -> int:
         """The id under which the parameter servers know this worker."""
         return self.worker_index + 1
+
+    @property
+    def chief_id(self) -> int:
+        """The id under which the parameter servers know the chief (worker 0)."""
+        return 1
 
     def throughput_of(self, worker_id: int) -> float:
         return 1.0 if self.throughputs is None else self.throughputs[worker_id - 1]

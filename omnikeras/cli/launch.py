@@ -48,6 +48,10 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
         "pause:HOST@AT+SECONDS, kill-worker:HOST@AT, kill-ps:SHARD@AT, cut-link:SHARD@AT+SECONDS (repeatable)",
     )
     parser.add_argument("--group-timeout", type=float, default=60.0, help="seconds a group waits for a missing member (default: %(default)s)")
+    parser.add_argument(
+        "--checkpoint-every", type=float, default=30.0,
+        help="seconds between the servers' checkpoints, from which a restarted server resumes (default: %(default)s)",
+    )
     parser.add_argument("--token", help="shared secret between servers and workers")
     parser.add_argument("--log-dir", help="where the logs go (default: runs/launch-<time>)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the shared data shuffle (default: %(default)s)")
@@ -66,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
             ps_shards=args.ps_shards,
             throughputs=args.throughputs,
             group_timeout=args.group_timeout,
+            checkpoint_every=args.checkpoint_every,
             token=args.token,
             log_dir=args.log_dir,
             seed=args.seed,

@@ -1,6 +1,7 @@
 """`launch`: a local cluster of parameter-server shards and worker processes."""
 
 import contextlib
+import dataclasses
 import datetime
 import os
 import pathlib
@@ -21,6 +22,8 @@ from omnikeras.profiles.profile import ClusterProfile
 from omnikeras.profiles.thread_cache import cached_thread_settings
 
 _POLL_SECONDS = 0.2
+# Times the launcher restarts one process that died before giving up on it.
+MAX_RESTARTS = 3
 
 
 class LaunchError(RuntimeError):
@@ -35,6 +38,7 @@ def launch(
     ps_shards: int = 1,
     throughputs: Sequence[float] | None = None,
     group_timeout: float = 60.0,
+    checkpoint_every: float = 30.0,
     token: str | None = None,
     log_dir: str | os.PathLike[str] | None = None,
     seed: int = 0,
@@ -52,10 +56,13 @@ def launch(
     stderr; `merge=False` turns this off. Each process gets measured CPU thread settings:
     the profile's, else ones measured once per machine and cached (unless
     `TF_NUM_INTRAOP_THREADS` and `TF_NUM_INTEROP_THREADS` are set, which win). The chief's (worker 0's) output streams to this
-    process; the others' and the servers' go to log files. If a server or the chief fails,
-    everything stops with a message naming the process and its log. If another worker
-    fails, its group carries on without it and the failure is reported at the end. No
-    process is left behind, also on Ctrl-C.
+    process; the others' and the servers' go to log files. A parameter server that dies
+    is restarted on its checkpoint directory (written every `checkpoint_every` seconds),
+    on the same port: the workers reconnect and carry on from its checkpoint. Another
+    worker that dies is restarted and joins its group again; until then its group
+    carries on without it. Each process is restarted at most `MAX_RESTARTS` times. If the
+    chief fails, everything stops with a message naming it and its log. No process is
+    left behind, also on Ctrl-C.
 
     With `emulate`, the cluster runs on emulated hosts (see `omnikeras.emulation`): every
     process inside a private network namespace made for the run, each host's worker in
@@ -75,6 +82,8 @@ def launch(
         throughputs: Examples/s of each worker, which sizes its share of its group's
             batch; None (the default) takes them from `profile`, or gives equal shares.
         group_timeout: Seconds a group waits for a missing member. Defaults to 60.
+        checkpoint_every: Seconds between the servers' checkpoints, which bound what a
+            server's restart loses. Defaults to 30.
         token: Shared secret between servers and workers; None (the default) uses none.
         log_dir: Directory for the logs; defaults to `runs/launch-<time>`.
         seed: Seed of the data shuffle shared by the workers. Defaults to 0.
@@ -103,6 +112,8 @@ def launch(
     workers = workers if workers is not None or spec is not None else 4
     if (workers is not None and workers < 1) or groups < 1 or ps_shards < 1:
         raise ValueError("workers, groups and ps_shards must be at least 1")
+    if not checkpoint_every > 0:
+        raise ValueError(f"checkpoint_every must be a positive number of seconds, got {checkpoint_every}")
     if spec is None and workers is not None and groups > workers:
         raise ValueError(f"{groups} groups need at least as many workers, got {workers}")
     if not pathlib.Path(script).is_file():
@@ -129,7 +140,7 @@ def launch(
             cluster = _Cluster(log_dir, token, emulation)
             # Last in, first out: the processes stop before the namespace goes.
             stack.callback(cluster.stop_all)
-            addresses = cluster.start_servers(ps_shards, groups, group_timeout)
+            addresses = cluster.start_servers(ps_shards, groups, group_timeout, checkpoint_every)
             for index in range(plan.num_workers):
                 config = WorkerConfig(
                     parameter_servers=tuple(addresses),
@@ -189,24 +200,23 @@ class _Cluster:
         self.servers: list[Child] = []
         self.workers: list[Child] = []
         self.hosts: dict[str, Child] = {}
+        # How each process started, to start it again.
+        self._server_args: list[list[str]] = []
+        self._worker_starts: list[tuple[WorkerConfig, str, Sequence[str], dict[str, str], HostSpec | None]] = []
+        self._restarts: dict[str, int] = {}
 
-    def start_servers(self, shards: int, groups: int, group_timeout: float) -> list[str]:
-        env = dict(os.environ)
-        if self.token:
-            env["OMNIKERAS_TOKEN"] = self.token
-        prefix = self.emulation.prefix() if self.emulation else []
+    def start_servers(self, shards: int, groups: int, group_timeout: float, checkpoint_every: float) -> list[str]:
         addresses = []
         for shard in range(shards):
             args = [
                 "--groups", str(groups), "--group-timeout", str(group_timeout),
                 "--checkpoint-dir", str(self.log_dir / f"ps-{shard}-checkpoints"),
+                "--checkpoint-every", str(checkpoint_every),
             ]
-            log = open(self.log_dir / f"ps-{shard}.log", "w")
-            try:
-                server, address = start_parameter_server(args, log, env, name=f"parameter server {shard}", prefix=prefix)
-            except ServerStartError as error:
-                raise LaunchError(str(error)) from None
+            server, address = self._start_server(shard, args, "w")
             self.servers.append(server)
+            # A restart listens where the workers look for it.
+            self._server_args.append([*args, "--port", address.rpartition(":")[2]])
             addresses.append(address)
         if self.emulation:
             self.emulation.shape([int(address.rpartition(":")[2]) for address in addresses])
@@ -214,6 +224,17 @@ class _Cluster:
         else:
             _say(f"parameter servers at {', '.join(addresses)}; logs in {self.log_dir}")
         return addresses
+
+    def _start_server(self, shard: int, args: list[str], mode: str) -> tuple[Child, str]:
+        env = dict(os.environ)
+        if self.token:
+            env["OMNIKERAS_TOKEN"] = self.token
+        prefix = self.emulation.prefix() if self.emulation else []
+        log = open(self.log_dir / f"ps-{shard}.log", mode)
+        try:
+            return start_parameter_server(args, log, env, name=f"parameter server {shard}", prefix=prefix)
+        except ServerStartError as error:
+            raise LaunchError(str(error)) from None
 
     def start_worker(
         self,
@@ -223,6 +244,18 @@ class _Cluster:
         settings: dict[str, str],
         host: HostSpec | None = None,
     ) -> None:
+        self._worker_starts.append((config, script, script_args, settings, host))
+        self.workers.append(self._start_worker(config, script, script_args, settings, host, "w"))
+
+    def _start_worker(
+        self,
+        config: WorkerConfig,
+        script: str,
+        script_args: Sequence[str],
+        settings: dict[str, str],
+        host: HostSpec | None,
+        mode: str,
+    ) -> Child:
         env = dict(os.environ)
         env[ENV_VAR] = config.to_json()
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -244,12 +277,19 @@ class _Cluster:
             # The chief's output reaches the console, without TensorFlow's start-up
             # lines unless the user asked for them (TF_CPP_MIN_LOG_LEVEL=0).
             quiet = env["TF_CPP_MIN_LOG_LEVEL"] != "0"
-            worker = Child(name, command, env, open(log_path, "wb"), echo=True, quiet=quiet)
+            worker = Child(name, command, env, open(log_path, mode + "b"), echo=True, quiet=quiet)
         else:
-            worker = Child(name, command, env, open(log_path, "w"))
-        self.workers.append(worker)
+            worker = Child(name, command, env, open(log_path, mode))
         if host is not None:
             self.hosts[host.name] = worker
+        return worker
+
+    def _may_restart(self, child: Child) -> bool:
+        count = self._restarts.get(child.name, 0)
+        if count >= MAX_RESTARTS:
+            return False
+        self._restarts[child.name] = count + 1
+        return True
 
     def fault_injector(self, faults: Sequence[FaultSpec], addresses: Sequence[str], workers: int) -> FaultInjector:
         """Injects `faults` into the emulated cluster, timed from when all `workers` have
@@ -283,25 +323,37 @@ class _Cluster:
         )
 
     def watch(self) -> int:
-        """Waits for the workers; returns the cluster's exit status."""
-        chief, others = self.workers[0], self.workers[1:]
-        reported: set[int] = set()
-        while True:
-            for server in self.servers:
-                if server.returncode is not None:
-                    raise LaunchError(f"{server.describe_exit()}: stopping the cluster")
-            for index, worker in enumerate(others, start=1):
-                if worker.returncode not in (None, 0) and index not in reported:
-                    _say(f"{worker.describe_exit()}; its group carries on without it")
-                    reported.add(index)
-            if chief.returncode is not None:
-                break
+        """Waits for the workers, restarting servers and workers that die; returns the
+        cluster's exit status."""
+        chief = self.workers[0]
+        given_up: set[int] = set()
+        while chief.returncode is None:
+            for shard, server in enumerate(self.servers):
+                if server.returncode is None:
+                    continue
+                if not self._may_restart(server):
+                    raise LaunchError(f"{server.describe_exit()} {MAX_RESTARTS + 1} times: stopping the cluster")
+                _say(f"{server.describe_exit()}: restarting it on its checkpoints")
+                self.servers[shard], _ = self._start_server(shard, self._server_args[shard], "a")
+            for index in range(1, len(self.workers)):
+                worker = self.workers[index]
+                if worker.returncode in (None, 0) or index in given_up or chief.returncode is not None:
+                    continue
+                if self._may_restart(worker):
+                    _say(f"{worker.describe_exit()}: restarting it; its group carries on until it is back")
+                    config, *start = self._worker_starts[index]
+                    rejoining = dataclasses.replace(config, rejoining=True)
+                    self.workers[index] = self._start_worker(rejoining, *start, "a")
+                else:
+                    _say(f"{worker.describe_exit()} {MAX_RESTARTS + 1} times; its group carries on without it")
+                    given_up.add(index)
             time.sleep(_POLL_SECONDS)
         chief.wait_for_output()
         if chief.returncode != 0:
             _say(f"{chief.describe_exit()}: stopping the cluster")
             return chief.returncode or 1
         # The chief ended training for everyone; the others follow within a step.
+        others = self.workers[1:]
         deadline = time.monotonic() + 120
         while any(w.returncode is None for w in others) and time.monotonic() < deadline:
             time.sleep(_POLL_SECONDS)

@@ -1,21 +1,22 @@
 """Checkpoints of the server's state, written atomically into one directory.
 
 Each checkpoint is one `.npz` file (weights, momentum buffers and a JSON header with the
-version, hyperparameters and groups), written to a temporary file and renamed into place,
+version, iteration count, hyperparameters (as their proto's JSON) and groups), written to a temporary file and renamed into place,
 so a crash mid-write never leaves a torn checkpoint behind. A server started on the same
 directory resumes from the newest one.
 """
 
-import dataclasses
 import json
 import os
 import pathlib
 import tempfile
 
 import numpy as np
+from google.protobuf import json_format
 
 from omnikeras.parameter_server.server_state import ServerState
 from omnikeras.parameter_server.update_rule import Hyperparameters
+from omnikeras.v1 import parameter_server_pb2 as pb
 
 _PREFIX = "checkpoint-"
 _SUFFIX = ".npz"
@@ -31,9 +32,12 @@ class CheckpointDirectory:
         names = list(state.weights)
         header = {
             "version": state.version,
+            "iterations": state.iterations,
             "names": names,
             "with_velocity": [name in state.velocities for name in names],
-            "hyperparameters": dataclasses.asdict(state.hyperparameters),
+            "hyperparameters": json_format.MessageToDict(
+                state.hyperparameters.to_proto(), preserving_proto_field_name=True
+            ),
             "num_groups": state.num_groups,
             "assignment": {str(w): g for w, g in state.assignment.items()},
         }
@@ -71,7 +75,11 @@ class CheckpointDirectory:
             weights=weights,
             velocities=velocities,
             version=header["version"],
-            hyperparameters=Hyperparameters(**header["hyperparameters"]),
+            # Older checkpoints did not count iterations; their version is the nearest count.
+            iterations=header.get("iterations", header["version"]),
+            hyperparameters=Hyperparameters.from_proto(
+                json_format.ParseDict(header["hyperparameters"], pb.Hyperparameters())
+            ),
             num_groups=header["num_groups"],
             assignment={int(w): g for w, g in header["assignment"].items()},
         )

@@ -250,6 +250,8 @@ class ParameterServerClient:
         merged.CopyFrom(replies[0])
         merged.model_version = min(r.model_version for r in replies)
         merged.model_initialized = all(r.model_initialized for r in replies)
+        # The shard that restarted, when one did.
+        merged.resumed_from_version = max(r.resumed_from_version for r in replies)
         for reply in replies[1:]:
             merged.variables.extend(reply.variables)
         return merged

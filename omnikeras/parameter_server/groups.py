@@ -127,6 +127,8 @@ class GroupCoordinator:
         # Gradients computed before this version belong to weights a restore replaced.
         self._restored_at = 0
         self._snapshots: dict[str, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = {}
+        # The checkpoint's version when the server resumed from one; -1 otherwise.
+        self.resumed_from_version = -1
 
     # Membership ---------------------------------------------------------------------------
 
@@ -426,6 +428,7 @@ class GroupCoordinator:
                 weights=weights,
                 velocities=velocities,
                 version=self.model.version,
+                iterations=self.model.iterations,
                 hyperparameters=self.model.hyperparameters,
                 num_groups=self.num_groups,
                 assignment=dict(self._assignment),
@@ -434,7 +437,9 @@ class GroupCoordinator:
     def restore(self, state: ServerState) -> None:
         with self._cond:
             self.model.initialize(state.weights, state.version, state.velocities)
+            self.model.iterations = state.iterations
             self.model.hyperparameters = state.hyperparameters
+            self.resumed_from_version = state.version
             self.num_groups = state.num_groups
             self._assignment = dict(state.assignment)
             self._next_worker_id = max(self._assignment, default=0) + 1

@@ -1,4 +1,5 @@
-"""The weights the server holds, their momentum buffers, version and update rule.
+"""The weights the server holds, their momentum buffers, version, iteration count and
+update rule.
 
 Not thread-safe on its own: `GroupCoordinator` calls it under its lock.
 """
@@ -11,7 +12,7 @@ import numpy as np
 
 from omnikeras.parameter_server import tensors
 from omnikeras.parameter_server.errors import FailedPrecondition
-from omnikeras.parameter_server.update_rule import Hyperparameters, apply_update
+from omnikeras.parameter_server.update_rule import Hyperparameters, apply_update, apply_weight_decay
 from omnikeras.v1 import parameter_server_pb2 as pb
 
 
@@ -22,6 +23,9 @@ class ModelState:
         self.velocities: dict[str, np.ndarray] = {}
         self.specs: dict[str, tensors.VariableSpec] = {}
         self.version = 0
+        # Updates applied, as Keras' `optimizer.iterations` counts them: schedules read it.
+        # Unlike the version, a restored snapshot does not change it.
+        self.iterations = 0
         self.apply_seconds_total = 0.0
         self._pull_cache: _EncodedWeights | None = None
 
@@ -59,13 +63,21 @@ class ModelState:
         if self._pull_cache is not None:
             # Pulls of the version about to be replaced may still be reading it.
             self._pull_cache.finish()
-        needs_velocity = self.hyperparameters.momentum != 0
+        rule = self.hyperparameters
+        learning_rate = rule.learning_rate_at(self.iterations)
+        needs_velocity = rule.momentum != 0
         for name, weight in self.weights.items():
+            if name in rule.statistics:
+                weight += gradients[name]
+                continue
             velocity = self.velocities.get(name)
             if velocity is None and needs_velocity:
                 velocity = self.velocities[name] = np.zeros_like(weight)
-            apply_update(weight, velocity, gradients[name], self.hyperparameters)
+            if rule.decays(name):
+                apply_weight_decay(weight, learning_rate * rule.weight_decay)
+            apply_update(weight, velocity, gradients[name], learning_rate, rule.momentum, rule.nesterov)
         self.version += 1
+        self.iterations += 1
         self.apply_seconds_total += time.perf_counter() - started
 
     def weight_chunks(self) -> "_EncodedWeights":

@@ -172,7 +172,9 @@ class ParameterServer:
 
     def _checkpoint_loop(self) -> None:
         assert self.checkpoint_every is not None
-        while not self._stopping.wait(self.checkpoint_every):
+        # The first checkpoint follows the model's arrival: a server restarted any time
+        # later finds the model there.
+        while not self._stopping.wait(self.checkpoint_every if self._last_saved_version >= 0 else 0.5):
             model = self.coordinator.model
             if not model.initialized or model.version == self._last_saved_version:
                 continue

@@ -12,6 +12,8 @@ class ServerState:
     weights: dict[str, np.ndarray]
     velocities: dict[str, np.ndarray]
     version: int
+    # Updates applied, which learning-rate schedules read.
+    iterations: int
     hyperparameters: Hyperparameters
     num_groups: int
     # Worker id -> group, so a worker that re-registers returns to its group.

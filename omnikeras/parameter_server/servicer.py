@@ -114,6 +114,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
             num_groups=self.coordinator.num_groups,
             shared_memory_socket=self.shared_memory_socket,
             server_id=self.server_id,
+            resumed_from_version=self.coordinator.resumed_from_version,
         )
 
     @_status_on_error

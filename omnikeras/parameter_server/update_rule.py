@@ -3,9 +3,15 @@
 The rule is Keras' `SGD`, so a model trained through the server follows the same
 trajectory as one trained by `keras.optimizers.SGD` with the same settings:
 
+    weight  *= 1 - learning_rate * weight_decay           (when weight decay is set)
     velocity = momentum * velocity - learning_rate * gradient
     weight  += velocity                                   (plain)
     weight  += momentum * velocity - learning_rate * gradient   (Nesterov)
+
+with the learning rate of the schedule at the server's iteration count when one is set.
+A statistic (a variable the model trains itself) takes the change a worker pushed:
+
+    weight  += change
 """
 
 import math
@@ -16,14 +22,34 @@ import scipy.linalg.blas
 
 from omnikeras.parameter_server import parallel
 from omnikeras.parameter_server.errors import InvalidArgument
+from omnikeras.parameter_server.schedules import LearningRateSchedule
 from omnikeras.v1 import parameter_server_pb2 as pb
 
 
 @dataclass(frozen=True)
 class Hyperparameters:
+    """The server's update rule: Keras SGD's settings.
+
+    Args:
+        learning_rate: The rate while no schedule is set.
+        momentum: Explicit momentum; asynchrony adds its own.
+        nesterov: Nesterov momentum.
+        learning_rate_schedule: A Keras built-in schedule, evaluated at the server's
+            iteration count (the updates it has applied); replaces `learning_rate`.
+        weight_decay: Keras' decoupled weight decay, scaled by the learning rate.
+        no_weight_decay: Names of the variables weight decay leaves alone.
+        statistics: Names of the variables the model trains itself (batch-normalization
+            statistics): their pushes are changes, added as they come, averaged over the
+            group's members.
+    """
+
     learning_rate: float = 0.01
     momentum: float = 0.0
     nesterov: bool = False
+    learning_rate_schedule: LearningRateSchedule | None = None
+    weight_decay: float = 0.0
+    no_weight_decay: frozenset[str] = frozenset()
+    statistics: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
@@ -31,28 +57,66 @@ class Hyperparameters:
         # Asynchrony adds implicit momentum, so the explicit one may need to go below 0.
         if not (math.isfinite(self.momentum) and -1 < self.momentum < 1):
             raise InvalidArgument(f"momentum must lie in (-1, 1), got {self.momentum}")
+        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise InvalidArgument(f"weight_decay must be 0 or positive, got {self.weight_decay}")
+
+    def learning_rate_at(self, iteration: int) -> float:
+        if self.learning_rate_schedule is None:
+            return self.learning_rate
+        return self.learning_rate_schedule(iteration)
+
+    def decays(self, name: str) -> bool:
+        return self.weight_decay > 0 and name not in self.no_weight_decay and name not in self.statistics
 
     @classmethod
     def from_proto(cls, message: pb.Hyperparameters) -> "Hyperparameters":
-        return cls(message.learning_rate, message.momentum, message.nesterov)
+        schedule = None
+        if message.HasField("learning_rate_schedule"):
+            schedule = LearningRateSchedule.from_proto(message.learning_rate_schedule)
+        return cls(
+            message.learning_rate,
+            message.momentum,
+            message.nesterov,
+            schedule,
+            message.weight_decay,
+            frozenset(message.no_weight_decay),
+            frozenset(message.statistics),
+        )
 
     def to_proto(self) -> pb.Hyperparameters:
         return pb.Hyperparameters(
-            learning_rate=self.learning_rate, momentum=self.momentum, nesterov=self.nesterov
+            learning_rate=self.learning_rate,
+            momentum=self.momentum,
+            nesterov=self.nesterov,
+            learning_rate_schedule=self.learning_rate_schedule.to_proto() if self.learning_rate_schedule else None,
+            weight_decay=self.weight_decay,
+            no_weight_decay=sorted(self.no_weight_decay),
+            statistics=sorted(self.statistics),
         )
+
+
+def apply_weight_decay(weight: np.ndarray, factor: float) -> None:
+    """Scales `weight` in place by 1 - `factor` (the learning rate times the decay)."""
+    blas = _BLAS.get(weight.dtype) if weight.dtype.isnative else None
+    if blas is None:
+        weight -= weight * weight.dtype.type(factor)
+        return
+    blas[1](1.0 - factor, weight.reshape(-1))
 
 
 def apply_update(
     weight: np.ndarray,
     velocity: np.ndarray | None,
     gradient: np.ndarray,
-    hyperparameters: Hyperparameters,
+    learning_rate: float,
+    momentum: float = 0.0,
+    nesterov: bool = False,
 ) -> None:
     """Updates `weight` and `velocity` in place; `gradient` may be used as scratch space.
 
     `velocity` may be None only while momentum is 0.
     """
-    lr, mu, nesterov = hyperparameters.learning_rate, hyperparameters.momentum, hyperparameters.nesterov
+    lr, mu = learning_rate, momentum
     arrays = (weight, gradient) if velocity is None else (weight, gradient, velocity)
     if parallel.worth_splitting(*arrays):
         parallel.split_pass(lambda w, g, v=None: _apply_with_numpy(w, v, g, lr, mu, nesterov), *arrays)

@@ -9,6 +9,7 @@ from typing import Any
 import keras
 
 from omnikeras.strategy import data
+from omnikeras.strategy.update_rule import learning_rate_of, server_update_rule, uses_schedule
 from omnikeras.strategy.worker import ClusterWorker
 
 
@@ -18,6 +19,7 @@ _CHIEF_ONLY_CALLBACKS = (
     keras.callbacks.CSVLogger,
     keras.callbacks.TensorBoard,
 )
+_LEARNING_RATE_CALLBACKS = (keras.callbacks.LearningRateScheduler, keras.callbacks.ReduceLROnPlateau)
 
 
 class ClusterSync(keras.callbacks.Callback):
@@ -46,6 +48,38 @@ class ClusterSync(keras.callbacks.Callback):
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         if logs is not None and self.worker.last_push is not None:
             logs["model_version"] = self.worker.last_push.model_version
+
+
+class LearningRateRelay(keras.callbacks.Callback):
+    """Hands the chief's learning rate to the server whenever a callback changes it:
+    `LearningRateScheduler` as an epoch begins, `ReduceLROnPlateau` as one ends.
+
+    `fit` adds it on the chief, after the user's callbacks.
+    """
+
+    def __init__(self, worker: ClusterWorker) -> None:
+        super().__init__()
+        self.worker = worker
+        self._relayed: float | None = None
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        self._relayed = self._learning_rate()
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        self._relay()
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        self._relay()
+
+    def _learning_rate(self) -> float | None:
+        # A schedule runs on the server by itself.
+        return None if uses_schedule(self.model.optimizer) else learning_rate_of(self.model.optimizer)
+
+    def _relay(self) -> None:
+        rate = self._learning_rate()
+        if rate is not None and rate != self._relayed:
+            self._relayed = rate
+            self.worker.change_update_rule(learning_rate=rate)
 
 
 class ClusterLeave(keras.callbacks.Callback):
@@ -94,6 +128,8 @@ def fit_through_server(
     shard = data.worker_shard(batches, worker.placement)
     sync = ClusterSync(worker)
     callbacks = list(arguments.pop("callbacks", None) or [])
+    _check_one_learning_rate_owner(model, callbacks)
+    relay = [LearningRateRelay(worker)] if config.is_chief else []
     if not config.is_chief:
         # Validation, checkpoints and logs are the chief's job: the others would overwrite
         # its files with their own.
@@ -102,7 +138,7 @@ def fit_through_server(
         for key in ("validation_data", "validation_steps", "validation_batch_size", "validation_freq"):
             arguments.pop(key, None)
     # The shard is shuffled already, alike on every worker.
-    return fit(model, x=shard, shuffle=False, callbacks=[sync, *callbacks, ClusterLeave(worker)], **arguments)
+    return fit(model, x=shard, shuffle=False, callbacks=[sync, *callbacks, *relay, ClusterLeave(worker)], **arguments)
 
 
 def _check_supported(model: keras.Model, arguments: dict[str, Any]) -> None:
@@ -119,5 +155,23 @@ def _check_supported(model: keras.Model, arguments: dict[str, Any]) -> None:
             "GroupedAsyncStrategy applies SGD with momentum on the parameter server; "
             f"compile the model with keras.optimizers.SGD, not {type(model.optimizer).__name__}"
         )
+    # What the server cannot apply fails before the worker joins; the variables may be
+    # built only as training starts, when the worker checks them again.
+    server_update_rule(model.optimizer, model.trainable_variables)
     if arguments.get("class_weight") is not None:
         raise ValueError("class_weight is not supported under GroupedAsyncStrategy: pass sample_weight")
+
+
+def _check_one_learning_rate_owner(model: keras.Model, callbacks: list[keras.callbacks.Callback]) -> None:
+    """A tuner of the learning rate (`OmnivoreCallback`) shares it with nothing else."""
+    tuners = [type(c).__name__ for c in callbacks if getattr(c, "tunes_learning_rate", False)]
+    if not tuners:
+        return
+    others = [type(c).__name__ for c in callbacks if isinstance(c, _LEARNING_RATE_CALLBACKS)]
+    if uses_schedule(model.optimizer):
+        others.append(f"the optimizer's {type(model.optimizer._learning_rate).__name__} schedule")
+    if others:
+        raise ValueError(
+            f"{tuners[0]} tunes the learning rate, so it cannot also follow {', '.join(others)}: "
+            "compile with a constant rate and leave the rate to the tuner, or remove the tuner"
+        )

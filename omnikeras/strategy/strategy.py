@@ -1,6 +1,8 @@
 """`GroupedAsyncStrategy`: Keras `model.fit` across worker processes, through the
 parameter server."""
 
+import functools
+
 import tensorflow as tf
 
 from omnikeras.config import WorkerConfig
@@ -21,8 +23,13 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
     and History. The other workers train silently on their own part of the data. When
     `fit` returns, every worker's model holds the server's final weights.
 
-    The model must be compiled with `keras.optimizers.SGD`: its learning rate, momentum
-    and Nesterov flag seed the server's update rule, which the server then owns.
+    The model must be compiled with `keras.optimizers.SGD`: its learning rate (a number or
+    one of Keras' built-in schedules, which the server evaluates at its own iteration
+    count), momentum, Nesterov flag and weight decay become the server's update rule.
+    `LearningRateScheduler` and `ReduceLROnPlateau` on the chief change the server's rate.
+    Gradient clipping applies to each worker's gradients before its group combines them.
+    Settings the server cannot apply (`use_ema`, gradient accumulation, variable
+    constraints, custom schedules) raise an error when `fit` starts.
 
     Args:
         config: The worker's place in the cluster. None (the default) reads it from the
@@ -63,20 +70,31 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
         return super().experimental_distribute_dataset(dataset, options)
 
     def apply_through_server(self, grads_and_vars: list[tuple[tf.Tensor, tf.Variable]]) -> None:
-        """One group step inside the compiled train step: the group-reduced gradients go to
-        the server and the weights it returns are assigned to every replica's variables.
+        """One group step inside the compiled train step: the group-reduced gradients (and
+        the batch-normalization statistics) go to the server and the weights it returns
+        are assigned to every replica's variables.
 
         Called by Keras' optimizer in cross-replica context, once per step.
         """
-        variables = [variable for _, variable in grads_and_vars]
+        trained = [variable for _, variable in grads_and_vars]
+        # By path: Keras leaves out the variables without a gradient.
+        names = tuple(self.worker.path_of(variable) for variable in trained)
+        self.worker.expect_gradients(names)
         # After Keras' all-reduce every replica holds the same sum: one copy goes out.
         gradients = [
             tf.convert_to_tensor(self.experimental_local_results(gradient)[0])
             for gradient, _ in grads_and_vars
         ]
+        # The statistics as this step's forward pass left them: the worker pushes the change.
+        statistics = [v.value for v in self.worker.statistics]
+        values = [tf.convert_to_tensor(self.experimental_local_results(v)[0]) for v in statistics]
+        variables = trained + statistics
         with tf.device("/cpu:0"):
             weights = tf.numpy_function(
-                self.worker.push_pull, gradients, Tout=[v.dtype for v in variables], stateful=True
+                functools.partial(self.worker.push_pull, names + tuple(v.path for v in self.worker.statistics)),
+                gradients + values,
+                Tout=[v.dtype for v in variables],
+                stateful=True,
             )
         for variable, weight in zip(variables, weights):
             weight.set_shape(variable.shape)

@@ -1,8 +1,10 @@
 """One worker process's membership in the cluster: joining, the first weights, every
 group step's push and pull, a regrouping while training runs, and the end of training."""
 
+import dataclasses
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import grpc
@@ -13,6 +15,7 @@ from omnikeras.config import WorkerConfig
 from omnikeras.parameter_server import Hyperparameters, ParameterServerClient, PushResult
 from omnikeras.strategy import data
 from omnikeras.strategy.place import GroupPlace
+from omnikeras.strategy.update_rule import model_statistics, server_update_rule
 
 logger = logging.getLogger(__name__)
 
@@ -39,9 +42,18 @@ class ClusterWorker:
         self.batch_size = 32
         self.example_count = 1
         self.step = 0
+        # What the server holds: the trainable variables, then the statistics.
         self.names: list[str] = []
+        self._paths: dict[int, str] = {}
+        self.statistics: list[keras.Variable] = []
+        # The statistics as last pulled: a push sends the change since.
+        self._pulled_statistics: dict[str, np.ndarray] = {}
+        self.shapes: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
+        self.hyperparameters = Hyperparameters()
         self.last_push: PushResult | None = None
         self.rejected_steps = 0
+        # Set when this worker comes back after the chief ended training.
+        self._training_over = False
         self._layout_version = -1
         # Training examples in `fit`'s data (None for a dataset of unknown length), and the
         # data itself, whose first examples make the probe batch.
@@ -63,13 +75,16 @@ class ClusterWorker:
         self.client.register(worker_id=self.config.worker_id)
         self.batch_size = batch_size
         deadline = time.monotonic() + self.config.startup_timeout
-        while (joined := self._workers_joined()) < self.config.num_workers:
+        while not self.config.rejoining and (joined := self._workers_joined()) < self.config.num_workers:
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"only {joined} of {self.config.num_workers} workers joined within "
                     f"{self.config.startup_timeout:.0f} s"
                 )
             time.sleep(_POLL_SECONDS)
+        if self.config.rejoining and self._chief_left():
+            logger.warning("worker %d: training ended before it came back; it stops", self.config.worker_id)
+            self._training_over = True
         place = self._take_place()
         self.update_placement()
         return place
@@ -77,42 +92,93 @@ class ClusterWorker:
     def start(self, model: keras.Model) -> None:
         """Gives every worker the same first weights: the chief's, or the server's if it
         already holds some (a restored checkpoint, or an earlier `fit`)."""
-        self.names = [v.path for v in model.trainable_variables]
+        self.statistics = model_statistics(model)
+        held = [*model.trainable_variables, *self.statistics]
+        self.names = [v.path for v in held]
+        # Keras' optimizer hands the strategy its variables' backend values.
+        self._paths = {id(v.value): v.path for v in held}
+        self.shapes = {v.path: (tuple(v.shape), np.dtype(v.dtype)) for v in held}
+        self.hyperparameters = server_update_rule(model.optimizer, model.trainable_variables, self.statistics)
         if self.config.is_chief:
-            weights = {v.path: keras.ops.convert_to_numpy(v) for v in model.trainable_variables}
-            if self.client.init_model(weights, _hyperparameters(model.optimizer)):
+            weights = {v.path: keras.ops.convert_to_numpy(v) for v in held}
+            if self.client.init_model(weights, self.hyperparameters):
+                self._remember_statistics(weights)
                 return
         pulled = self.client.pull(wait_for_model=self.config.startup_timeout)
         self.assign(model, pulled.weights)
 
     # Training -----------------------------------------------------------------------------
 
-    def push_pull(self, *gradients: np.ndarray) -> list[np.ndarray]:
-        """One group step: this worker's gradients out, the group step's weights back."""
+    def path_of(self, variable: Any) -> str:
+        """The path of the model variable whose backend value `variable` is."""
+        path = self._paths.get(id(variable))
+        if path is None:
+            raise ValueError(f"a gradient for {variable.name}, which is not one of the model's variables")
+        return path
+
+    def expect_gradients(self, names: Sequence[str]) -> None:
+        """Called as the train step is traced, with the variables Keras has gradients for.
+
+        The others get a gradient of zeros, which leaves them where they are, as Keras
+        leaves them; Keras does not decay them either, so neither does the server.
+        """
+        unknown = set(names) - set(self.names)
+        if unknown:
+            raise ValueError(f"gradients for variables the cluster does not hold: {sorted(unknown)}")
+        trainable = set(self.names) - self.hyperparameters.statistics
+        without = trainable - set(names) - self.hyperparameters.no_weight_decay
+        if without and self.hyperparameters.weight_decay:
+            self.change_update_rule(no_weight_decay=self.hyperparameters.no_weight_decay | without)
+
+    def change_update_rule(self, **changes: Any) -> None:
+        """Changes the server's update rule, keeping what `changes` does not name."""
+        self.hyperparameters = dataclasses.replace(self.hyperparameters, **changes)
+        self.client.set_hyperparameters(self.hyperparameters)
+
+    def push_pull(self, names: Sequence[str], *gradients: np.ndarray) -> list[np.ndarray]:
+        """One group step: this worker's gradients (of the variables `names`, by path) out,
+        the group step's weights of the same variables back."""
+        if self._training_over:
+            return self._pull_current(names)
         self.step += 1
+        pushed = dict(zip(names, gradients))
+        for name, pulled_value in self._pulled_statistics.items():
+            pushed[name] = pushed[name] - pulled_value
+        for name in self.names:
+            if name not in pushed:
+                shape, dtype = self.shapes[name]
+                pushed[name] = np.zeros(shape, dtype)
         try:
-            result, pulled = self.client.push_pull(
-                dict(zip(self.names, gradients)), step=self.step, example_count=self.example_count
-            )
+            result, pulled = self.client.push_pull(pushed, step=self.step, example_count=self.example_count)
         except grpc.RpcError as error:
             if error.code() == grpc.StatusCode.ABORTED:
                 # The weights were restored under this gradient (a tuning trial began).
-                return self._pull_current()
+                return self._pull_current(names)
+            if _dropped(error) or _unknown(error):
+                return self._rejoin(names, error.details() or "", server_restarted=_unknown(error))
             if error.code() != grpc.StatusCode.INVALID_ARGUMENT or "NaN or Inf" not in (error.details() or ""):
                 raise
-            return self._skip_step()
+            return self._skip_step(names)
         self.rejected_steps = 0
         self.last_push = result
         if result.layout_version != self._layout_version:
             self._layout_version = result.layout_version
             self._take_place()
-        return [pulled.weights[name] for name in self.names]
+        return self._weights_of(names, pulled.weights)
+
+    def _weights_of(self, names: Sequence[str], weights: dict[str, np.ndarray]) -> list[np.ndarray]:
+        self._remember_statistics(weights)
+        return [weights[name] for name in names]
+
+    def _remember_statistics(self, weights: dict[str, np.ndarray]) -> None:
+        # Copies: pulled arrays may be views that the next exchange overwrites.
+        self._pulled_statistics = {v.path: np.array(weights[v.path]) for v in self.statistics}
 
     @property
     def stop_requested(self) -> bool:
-        return self.last_push is not None and self.last_push.stop_requested
+        return self._training_over or (self.last_push is not None and self.last_push.stop_requested)
 
-    def _skip_step(self) -> list[np.ndarray]:
+    def _skip_step(self, names: Sequence[str]) -> list[np.ndarray]:
         """The server refused this step's NaN or Inf gradients: carry on from its weights."""
         self.rejected_steps += 1
         if self.rejected_steps > MAX_REJECTED_STEPS:
@@ -120,11 +186,43 @@ class ClusterWorker:
                 f"the gradients were NaN or Inf for {self.rejected_steps} steps in a row: "
                 "training diverged; lower the learning rate"
             )
-        return self._pull_current()
+        return self._pull_current(names)
 
-    def _pull_current(self) -> list[np.ndarray]:
-        weights = self.client.pull().weights
-        return [weights[name] for name in self.names]
+    def _rejoin(self, names: Sequence[str], reason: str, server_restarted: bool) -> list[np.ndarray]:
+        """The server no longer counts this worker (it missed its group's deadline, or
+        the server restarted and never knew it): register again under the same id, in
+        the same group, and carry on from the newest weights. This step's gradient,
+        computed on weights the server no longer has, is dropped."""
+        seen = self.last_push.model_version if self.last_push is not None else 0
+        self.client.register(worker_id=self.config.worker_id)
+        pulled = self.client.pull(wait_for_model=self.config.startup_timeout)
+        logger.warning(
+            "worker %d: %s; registered again, carrying on from version %d",
+            self.config.worker_id, reason, pulled.model_version,
+        )
+        if server_restarted:
+            checkpoint = self.client.describe().resumed_from_version
+            logger.warning(
+                "the parameter server restarted from its checkpoint at version %d: the %d "
+                "updates this worker saw after it (up to version %d) are lost",
+                checkpoint, max(seen - checkpoint, 0), seen,
+            )
+        # (A restarted server knows no worker yet, the chief included, until they return.)
+        if not server_restarted and self._chief_left():
+            # Training ended while this worker was away: it stops, pushing nothing more.
+            logger.warning("worker %d: training ended while it was away; it stops", self.config.worker_id)
+            self._training_over = True
+        self._take_place()
+        return self._weights_of(names, pulled.weights)
+
+    def _chief_left(self) -> bool:
+        """The chief has ended training: the server holds a model, and not the chief."""
+        if self.config.is_chief or not self.client.describe().model_initialized:
+            return False
+        return all(self.config.chief_id not in g.members for g in self.client.stats()[0].groups)
+
+    def _pull_current(self, names: Sequence[str]) -> list[np.ndarray]:
+        return self._weights_of(names, self.client.pull().weights)
 
     def update_placement(self) -> None:
         """Hands the newest place to the input pipeline; called between steps."""
@@ -176,16 +274,17 @@ class ClusterWorker:
         self.assign(model, self.client.pull().weights)
 
     def assign(self, model: keras.Model, weights: dict[str, np.ndarray]) -> None:
-        for variable in model.trainable_variables:
+        for variable in [*model.trainable_variables, *self.statistics]:
             variable.assign(weights[variable.path])
+        self._remember_statistics(weights)
 
 
-def _hyperparameters(optimizer: keras.optimizers.SGD) -> Hyperparameters:
-    # The optimizer keeps its rate in float32: 0.01 reads back as 0.009999999776. Seven
-    # significant digits give back the number the user wrote.
-    learning_rate = float(f"{float(keras.ops.convert_to_numpy(optimizer.learning_rate)):.7g}")
-    return Hyperparameters(
-        learning_rate=learning_rate,
-        momentum=float(optimizer.momentum),
-        nesterov=bool(optimizer.nesterov),
-    )
+
+def _dropped(error: grpc.RpcError) -> bool:
+    """The server dropped this worker from its group: it missed the group's deadline."""
+    return error.code() == grpc.StatusCode.FAILED_PRECONDITION and "dropped" in (error.details() or "")
+
+
+def _unknown(error: grpc.RpcError) -> bool:
+    """The server never knew this worker: it restarted since the worker registered."""
+    return error.code() == grpc.StatusCode.NOT_FOUND and "unknown worker" in (error.details() or "")

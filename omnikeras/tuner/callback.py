@@ -10,7 +10,6 @@ import keras
 import optuna
 
 from omnikeras.convergence import HardwareModel, MeasuredHardwareModel
-from omnikeras.parameter_server import Hyperparameters
 from omnikeras.profiles import ClusterProfile
 from omnikeras.strategy import GroupedAsyncStrategy
 from omnikeras.strategy.worker import ClusterWorker
@@ -60,7 +59,7 @@ class OmnivoreCallback(keras.callbacks.Callback):
             JSON file; the hardware model then predicts before it measures. None (the
             default) learns the hardware from measurements alone.
         probe_examples: Training examples of the probe batch that scores every trial.
-            Defaults to 1024.
+            Defaults to 512.
 
     Example:
 
@@ -70,6 +69,9 @@ class OmnivoreCallback(keras.callbacks.Callback):
     ```
     """
 
+    # `fit` under the strategy refuses other owners of the rate beside it.
+    tunes_learning_rate = True
+
     def __init__(
         self,
         target_loss: float,
@@ -78,7 +80,7 @@ class OmnivoreCallback(keras.callbacks.Callback):
         budget: int = 40,
         tuning_overhead: float = 0.1,
         profile: ClusterProfile | str | None = None,
-        probe_examples: int = 1024,
+        probe_examples: int = 512,
     ) -> None:
         super().__init__()
         if not (math.isfinite(target_loss) and target_loss > 0):
@@ -178,7 +180,6 @@ class _StrategyCluster:
         self._model = model
         self._probe = worker.probe(probe_examples)
         self._losses = losses
-        self._nesterov = bool(model.optimizer.nesterov)
         # Traces the evaluation now, so that the tuner's first timed probe costs what the
         # others will.
         self.probe_loss()
@@ -199,7 +200,7 @@ class _StrategyCluster:
         return version
 
     def set_hyperparameters(self, learning_rate: float, momentum: float) -> None:
-        self._client.set_hyperparameters(Hyperparameters(learning_rate, momentum, self._nesterov))
+        self._worker.change_update_rule(learning_rate=learning_rate, momentum=momentum)
 
     def set_groups(self, num_groups: int) -> None:
         if num_groups != self._worker.place.num_groups:

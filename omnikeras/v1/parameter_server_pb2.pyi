@@ -26,15 +26,31 @@ class TensorChunk(_message.Message):
     data: bytes
     def __init__(self, spec: _Optional[_Union[VariableSpec, _Mapping]] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
 
+class LearningRateSchedule(_message.Message):
+    __slots__ = ("name", "config_json")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    config_json: str
+    def __init__(self, name: _Optional[str] = ..., config_json: _Optional[str] = ...) -> None: ...
+
 class Hyperparameters(_message.Message):
-    __slots__ = ("learning_rate", "momentum", "nesterov")
+    __slots__ = ("learning_rate", "momentum", "nesterov", "learning_rate_schedule", "weight_decay", "no_weight_decay", "statistics")
     LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
     MOMENTUM_FIELD_NUMBER: _ClassVar[int]
     NESTEROV_FIELD_NUMBER: _ClassVar[int]
+    LEARNING_RATE_SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_DECAY_FIELD_NUMBER: _ClassVar[int]
+    NO_WEIGHT_DECAY_FIELD_NUMBER: _ClassVar[int]
+    STATISTICS_FIELD_NUMBER: _ClassVar[int]
     learning_rate: float
     momentum: float
     nesterov: bool
-    def __init__(self, learning_rate: _Optional[float] = ..., momentum: _Optional[float] = ..., nesterov: _Optional[bool] = ...) -> None: ...
+    learning_rate_schedule: LearningRateSchedule
+    weight_decay: float
+    no_weight_decay: _containers.RepeatedScalarFieldContainer[str]
+    statistics: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, learning_rate: _Optional[float] = ..., momentum: _Optional[float] = ..., nesterov: _Optional[bool] = ..., learning_rate_schedule: _Optional[_Union[LearningRateSchedule, _Mapping]] = ..., weight_decay: _Optional[float] = ..., no_weight_decay: _Optional[_Iterable[str]] = ..., statistics: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
     __slots__ = ("worker_id", "group", "host")
@@ -153,7 +169,7 @@ class DescribeRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class DescribeReply(_message.Message):
-    __slots__ = ("model_initialized", "model_version", "variables", "hyperparameters", "num_groups", "shared_memory_socket", "server_id")
+    __slots__ = ("model_initialized", "model_version", "variables", "hyperparameters", "num_groups", "shared_memory_socket", "server_id", "resumed_from_version")
     MODEL_INITIALIZED_FIELD_NUMBER: _ClassVar[int]
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     VARIABLES_FIELD_NUMBER: _ClassVar[int]
@@ -161,6 +177,7 @@ class DescribeReply(_message.Message):
     NUM_GROUPS_FIELD_NUMBER: _ClassVar[int]
     SHARED_MEMORY_SOCKET_FIELD_NUMBER: _ClassVar[int]
     SERVER_ID_FIELD_NUMBER: _ClassVar[int]
+    RESUMED_FROM_VERSION_FIELD_NUMBER: _ClassVar[int]
     model_initialized: bool
     model_version: int
     variables: _containers.RepeatedCompositeFieldContainer[VariableSpec]
@@ -168,7 +185,8 @@ class DescribeReply(_message.Message):
     num_groups: int
     shared_memory_socket: str
     server_id: str
-    def __init__(self, model_initialized: _Optional[bool] = ..., model_version: _Optional[int] = ..., variables: _Optional[_Iterable[_Union[VariableSpec, _Mapping]]] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., num_groups: _Optional[int] = ..., shared_memory_socket: _Optional[str] = ..., server_id: _Optional[str] = ...) -> None: ...
+    resumed_from_version: int
+    def __init__(self, model_initialized: _Optional[bool] = ..., model_version: _Optional[int] = ..., variables: _Optional[_Iterable[_Union[VariableSpec, _Mapping]]] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., num_groups: _Optional[int] = ..., shared_memory_socket: _Optional[str] = ..., server_id: _Optional[str] = ..., resumed_from_version: _Optional[int] = ...) -> None: ...
 
 class SetHyperparametersRequest(_message.Message):
     __slots__ = ("hyperparameters",)

@@ -1,6 +1,7 @@
 """`omnikeras launch --emulate` end to end: real namespaces, shaping, cgroups, processes."""
 
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -30,8 +31,15 @@ def _leftovers(tmp_path: pathlib.Path) -> list[str]:
     return [line for line in namespaces.splitlines() if line.startswith("omnikeras-")] + groups + processes.split()
 
 
-def test_a_run_on_the_mixed_cluster_learns_and_leaves_nothing_behind(tmp_path) -> None:
-    run = _launch(tmp_path, "--groups", "1")
+@pytest.fixture(scope="module")
+def undisturbed(tmp_path_factory) -> tuple[pathlib.Path, subprocess.CompletedProcess[str]]:
+    """A run on the mixed cluster without faults."""
+    tmp_path = tmp_path_factory.mktemp("undisturbed")
+    return tmp_path, _launch(tmp_path, "--groups", "1", "--group-timeout", "5", epochs=12)
+
+
+def test_a_run_on_the_mixed_cluster_learns_and_leaves_nothing_behind(undisturbed) -> None:
+    tmp_path, run = undisturbed
     assert run.returncode == 0, run.stderr[-3000:]
     chief = result_of(run.stdout)
     assert chief["test_accuracy"] > 0.9
@@ -43,15 +51,14 @@ def test_a_run_on_the_mixed_cluster_learns_and_leaves_nothing_behind(tmp_path) -
     assert _leftovers(tmp_path) == []
 
 
-def test_each_fault_is_injected_and_reported(tmp_path) -> None:
+def test_every_fault_is_injected_survived_and_costs_under_a_point_of_accuracy(tmp_path, undisturbed) -> None:
     run = _launch(
-        tmp_path, "--groups", "1", "--group-timeout", "5",
+        tmp_path, "--groups", "1", "--group-timeout", "5", "--checkpoint-every", "2",
         "--fault", "pause:slow-1@4+3", "--fault", "cut-link:0@9+2", "--fault", "kill-worker:slow-2@13",
+        "--fault", "kill-ps:0@16",
         epochs=12,
     )
-    # The killed worker makes the run end with 1; its group went on without it.
-    assert run.returncode == 1, run.stderr[-3000:]
-    assert result_of(run.stdout)["test_accuracy"] > 0.9
+    assert run.returncode == 0, run.stderr[-3000:]
     injected = (tmp_path / "logs" / "faults.log").read_text().splitlines()
     assert injected == [
         "faults: every worker has joined; the fault clock starts now",
@@ -60,18 +67,14 @@ def test_each_fault_is_injected_and_reported(tmp_path) -> None:
         "fault at 9.0 s: cut the link of parameter server 0 for 2 s",
         "fault at 11.0 s: link of parameter server 0 restored",
         "fault at 13.0 s: kill the worker of host slow-2",
+        "fault at 16.0 s: kill parameter server 0",
     ]
     for line in injected:
         assert line in run.stderr
-    assert "worker 3 on host slow-2 was killed by signal 9" in run.stderr
-    assert _leftovers(tmp_path) == []
-
-
-def test_a_killed_parameter_server_stops_the_run_and_says_so(tmp_path) -> None:
-    run = _launch(tmp_path, "--groups", "1", "--fault", "kill-ps:0@6", epochs=100)
-    assert run.returncode == 2
-    assert "fault at 6.0 s: kill parameter server 0" in run.stderr
-    assert "parameter server 0 was killed by signal 9" in run.stderr
+    assert re.search(r"worker 3 on host slow-2 was killed by signal 9 .*: restarting it", run.stderr)
+    assert re.search(r"parameter server 0 was killed by signal 9 .*: restarting it on its checkpoints", run.stderr)
+    accuracy = result_of(run.stdout)["test_accuracy"]
+    assert abs(accuracy - result_of(undisturbed[1].stdout)["test_accuracy"]) <= 0.01
     assert _leftovers(tmp_path) == []
 
 

@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import signal
+import time
 
 import keras
 import numpy as np
@@ -22,8 +23,12 @@ parser.add_argument("--learning-rate", type=float, default=0.1)
 parser.add_argument("--momentum", type=float, default=0.9)
 parser.add_argument("--shuffle", action="store_true")
 parser.add_argument("--weights-out")
-parser.add_argument("--die-after", type=int, help="worker 1 kills itself after this many batches")
+parser.add_argument("--die-after", type=int, help="worker 1 kills itself after this many batches, once")
+parser.add_argument("--died-marker", help="where worker 1 notes that it died, so that its restart lives")
+parser.add_argument("--stall-after", type=int, help="worker 1 stops for --stall-seconds after this many batches")
+parser.add_argument("--stall-seconds", type=float, default=0.0)
 parser.add_argument("--callbacks-dir", help="also run the standard Keras callbacks, writing here")
+parser.add_argument("--batch-norm", action="store_true", help="batch normalization after the convolution")
 args = parser.parse_args()
 
 keras.utils.set_random_seed(0)
@@ -36,6 +41,7 @@ def build() -> keras.Model:
     model = keras.Sequential([
         keras.Input((8, 8, 1)),
         keras.layers.Conv2D(8, 3, activation="relu"),
+        *([keras.layers.BatchNormalization()] if args.batch_norm else []),
         keras.layers.Flatten(),
         keras.layers.Dense(10, activation="softmax"),
     ])
@@ -54,10 +60,25 @@ else:
         model = build()
 
 callbacks: list[keras.callbacks.Callback] = []
-if args.die_after is not None and strategy is not None and strategy.config.worker_index == 1:
-    callbacks.append(keras.callbacks.LambdaCallback(
-        on_train_batch_end=lambda batch, logs: batch + 1 >= args.die_after and os.kill(os.getpid(), signal.SIGKILL)
-    ))
+second_worker = strategy is not None and strategy.config.worker_index == 1
+
+
+def die(batch: int, logs: dict) -> None:
+    if batch + 1 >= args.die_after and not os.path.exists(args.died_marker):
+        open(args.died_marker, "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def stall(batch: int, logs: dict) -> None:
+    if batch + 1 == args.stall_after and not getattr(stall, "done", False):
+        stall.done = True
+        time.sleep(args.stall_seconds)
+
+
+if args.die_after is not None and second_worker:
+    callbacks.append(keras.callbacks.LambdaCallback(on_train_batch_end=die))
+if args.stall_after is not None and second_worker:
+    callbacks.append(keras.callbacks.LambdaCallback(on_train_batch_end=stall))
 if args.callbacks_dir:
     callbacks += [
         keras.callbacks.ModelCheckpoint(os.path.join(args.callbacks_dir, "model.keras")),
@@ -84,6 +105,7 @@ if strategy is not None:
         "server_version": stats.model_version,
         "staleness": {g.group: dict(g.staleness_histogram) for g in stats.groups},
         "weights_checksum": float(sum(np.sum(w) for w in model.get_weights())),
+        "statistics": [keras.ops.convert_to_numpy(v).tolist() for v in worker.statistics],
     }
 if args.weights_out:
     np.savez(args.weights_out, *model.get_weights())

@@ -1,6 +1,8 @@
 """`omnikeras launch` with real parameter-server and worker processes."""
 
+import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -48,6 +50,17 @@ def test_one_group_matches_synchronous_sgd_on_the_merged_batch(tmp_path, plain_k
     assert other["weights_checksum"] == chief["weights_checksum"]
 
 
+def test_batch_normalization_statistics_are_combined_across_the_workers(tmp_path) -> None:
+    run = _launch(tmp_path, "--workers", "2", "--groups", "1", script_args=("--batch-norm", "--shuffle"))
+    assert run.returncode == 0, run.stderr[-3000:]
+    chief = result_of(run.stdout)
+    other = result_of((tmp_path / "logs" / "worker-1.log").read_text())
+    mean, variance = (np.array(s) for s in chief["statistics"])
+    # Both hold the server's statistics, which the training moved from their start.
+    assert chief["statistics"] == other["statistics"]
+    assert np.abs(mean).max() > 1e-3 and np.abs(variance - 1).max() > 1e-3
+
+
 def test_fully_asynchronous_training_learns_and_runs_keras_callbacks(tmp_path) -> None:
     callbacks_dir = tmp_path / "callbacks"
     callbacks_dir.mkdir()
@@ -70,17 +83,69 @@ def test_fully_asynchronous_training_learns_and_runs_keras_callbacks(tmp_path) -
         assert other["weights_checksum"] == chief["weights_checksum"]
 
 
-def test_a_killed_worker_is_reported_and_the_others_finish(tmp_path) -> None:
+def test_a_killed_worker_is_restarted_and_joins_its_group_again(tmp_path) -> None:
     run = _launch(
         tmp_path, "--workers", "2", "--groups", "1", "--group-timeout", "3",
-        script_args=("--examples", "512", "--epochs", "2", "--die-after", "2"),
+        script_args=("--examples", "1438", "--batch-size", "16", "--epochs", "20", "--die-after", "2",
+                     "--died-marker", str(tmp_path / "died")),
     )
-    assert run.returncode == 1
-    assert "worker 1 was killed by signal 9" in run.stderr
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert re.search(r"worker 1 was killed by signal 9 .*: restarting it", run.stderr)
     chief = result_of(run.stdout)
-    # The chief's group went on without the dead member and finished every step.
-    assert chief["steps"] == 16
-    assert chief["server_version"] == 16
+    # The chief's group went on without its dead member, then with it again: 89 batches
+    # of 16 in each of 20 epochs.
+    assert chief["steps"] == 20 * 89
+    restarted = result_of((tmp_path / "logs" / "worker-1.log").read_text())
+    assert restarted["steps"] > 0
+    assert restarted["weights_checksum"] == chief["weights_checksum"]
+    assert chief["history"]["loss"][-1] < chief["history"]["loss"][0]
+
+
+def test_a_stalled_worker_holds_its_group_no_longer_than_the_deadline_and_is_welcomed_back(tmp_path) -> None:
+    run = _launch(
+        tmp_path, "--workers", "2", "--groups", "1", "--group-timeout", "2",
+        script_args=("--examples", "1438", "--batch-size", "16", "--epochs", "20", "--stall-after", "3",
+                     "--stall-seconds", "6"),
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    chief, other = result_of(run.stdout), result_of((tmp_path / "logs" / "worker-1.log").read_text())
+    log = (tmp_path / "logs" / "worker-1.log").read_text()
+    assert "dropped from its group" in log and "registered again" in log
+    assert chief["steps"] == 20 * 89 and other["steps"] > 3
+    # After it came back, its pushes joined the chief's group steps again: the two
+    # gradients of a step were combined as one update, so there are fewer updates than
+    # the two workers' steps together.
+    assert chief["server_version"] < chief["steps"] + other["steps"]
+    assert other["weights_checksum"] == chief["weights_checksum"]
+
+
+def test_a_killed_parameter_server_restarts_on_its_checkpoint_and_training_finishes(tmp_path) -> None:
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "omnikeras", "launch", "--log-dir", str(tmp_path / "logs"), "--workers", "2",
+         "--groups", "2", "--no-merge", "--checkpoint-every", "1", str(SCRIPT), "--examples", "1438",
+         "--batch-size", "16", "--epochs", "30"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    checkpoints = tmp_path / "logs" / "ps-0-checkpoints"
+    deadline = time.monotonic() + 180
+    # A checkpoint past the first: training is under way.
+    while len(list(checkpoints.glob("checkpoint-*.npz"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    server = subprocess.run(["pgrep", "-f", f"omnikeras ps .*{checkpoints}"], capture_output=True, text=True).stdout.split()
+    assert len(server) == 1, server
+    os.kill(int(server[0]), signal.SIGKILL)
+    stdout, stderr = launcher.communicate(timeout=600)
+    assert launcher.returncode == 0, stderr[-3000:]
+    assert re.search(r"parameter server 0 was killed by signal 9 .*: restarting it on its checkpoints", stderr)
+    chief = result_of(stdout)
+    assert chief["steps"] == 30 * 45  # 1,438 examples in 89 batches, 45 per group
+    logs = "".join((tmp_path / "logs" / f"worker-{i}.log").read_text(errors="replace") for i in (0, 1))
+    assert "registered again" in logs
+    # Each worker says what the restart lost: the updates it saw past the checkpoint.
+    lost = re.findall(r"checkpoint at version (\d+): the (\d+) updates this worker saw after it \(up to version (\d+)\)", logs)
+    assert len(lost) == 2
+    assert all(int(seen) - int(checkpoint) == int(count) for checkpoint, count, seen in lost)
+    assert chief["test_accuracy"] > 0.8
 
 
 def test_interrupting_the_launcher_leaves_no_process_behind(tmp_path) -> None:

@@ -16,7 +16,7 @@ def test_stores_its_configuration() -> None:
         "budget": 12,
         "tuning_overhead": 0.1,
         "profile": None,
-        "probe_examples": 1024,
+        "probe_examples": 512,
     }
 
 

@@ -1,0 +1,95 @@
+"""A Keras SGD optimizer's settings as the server's update rule, or a clear error naming
+what the server cannot apply: nothing the user set is dropped silently. Batch
+normalization's statistics are held by the server too, combined across workers.
+
+What stays on the worker: gradient clipping (`clipnorm`, `clipvalue`, `global_clipnorm`)
+and loss-scale unscaling, which Keras applies to each worker's gradients before they are
+pushed, so a group combines clipped gradients.
+"""
+
+from collections.abc import Sequence
+
+import keras
+
+from omnikeras.parameter_server import Hyperparameters
+from omnikeras.parameter_server.schedules import FORMULAS, LearningRateSchedule
+
+
+def server_update_rule(
+    optimizer: keras.optimizers.SGD,
+    variables: Sequence[keras.Variable],
+    statistics: Sequence[keras.Variable] = (),
+) -> Hyperparameters:
+    """The server's rule for `optimizer` over the model's trainable `variables` and its
+    `statistics` (see `model_statistics`).
+
+    Raises:
+        ValueError: For settings the server does not apply: an exponential moving average
+            of the weights, gradient accumulation, variable constraints.
+        TypeError: For a custom learning-rate schedule or a learning rate given as a
+            function.
+    """
+    unsupported = "is not supported under GroupedAsyncStrategy: the parameter server updates the weights, "
+    if optimizer.use_ema:
+        raise ValueError(f"use_ema {unsupported}and would not average them; compile without it")
+    if optimizer.gradient_accumulation_steps:
+        raise ValueError(
+            f"gradient_accumulation_steps {unsupported}one update per group step; raise the batch size instead"
+        )
+    constrained = [v.path for v in variables if v.constraint is not None]
+    if constrained:
+        raise ValueError(f"a variable constraint {unsupported}without it; constrained: {constrained}")
+    weight_decay = float(optimizer.weight_decay or 0.0)
+    return Hyperparameters(
+        learning_rate=learning_rate_of(optimizer),
+        momentum=float(optimizer.momentum),
+        nesterov=bool(optimizer.nesterov),
+        learning_rate_schedule=_schedule(optimizer),
+        weight_decay=weight_decay,
+        no_weight_decay=frozenset(
+            v.path for v in variables if weight_decay and not optimizer._use_weight_decay(v)
+        ),
+        statistics=frozenset(v.path for v in statistics),
+    )
+
+
+def model_statistics(model: keras.Model) -> list[keras.Variable]:
+    """The variables the model trains itself, which the server combines across workers:
+    the moving means and variances of its batch-normalization layers."""
+    return [
+        variable
+        for layer in model._flatten_layers(include_self=False)
+        if isinstance(layer, keras.layers.BatchNormalization)
+        for variable in layer.non_trainable_variables
+    ]
+
+
+def uses_schedule(optimizer: keras.optimizers.Optimizer) -> bool:
+    return isinstance(optimizer._learning_rate, keras.optimizers.schedules.LearningRateSchedule)
+
+
+def learning_rate_of(optimizer: keras.optimizers.Optimizer) -> float:
+    """The optimizer's current learning rate, as the user wrote it."""
+    # The optimizer keeps its rate in float32: 0.01 reads back as 0.009999999776. Seven
+    # significant digits give back the number the user wrote.
+    return float(f"{float(keras.ops.convert_to_numpy(optimizer.learning_rate)):.7g}")
+
+
+def _schedule(optimizer: keras.optimizers.SGD) -> LearningRateSchedule | None:
+    rate = optimizer._learning_rate
+    if not isinstance(rate, keras.optimizers.schedules.LearningRateSchedule):
+        if callable(rate) and not isinstance(rate, keras.Variable):
+            raise TypeError(
+                "a learning rate given as a function cannot run on the parameter server: use one "
+                f"of Keras' built-in schedules ({', '.join(FORMULAS)}) or a number"
+            )
+        return None
+    name = type(rate).__name__
+    if name not in FORMULAS or type(rate) is not getattr(keras.optimizers.schedules, name):
+        raise TypeError(
+            f"the parameter server evaluates Keras' built-in learning-rate schedules "
+            f"({', '.join(FORMULAS)}), not {type(rate).__module__}.{type(rate).__qualname__}: "
+            "use one of them, or change the rate from a callback such as LearningRateScheduler"
+        )
+    return LearningRateSchedule(name, rate.get_config())
+

@@ -1,0 +1,47 @@
+"""Keras semantics kept through a launched cluster: a schedule, weight decay, a variable
+without a gradient, batch normalization and a learning-rate callback give the weights
+plain Keras gives."""
+
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+SCRIPT = pathlib.Path(__file__).with_name("semantics_script.py")
+pytestmark = pytest.mark.slow
+
+
+def _train(tmp_path: pathlib.Path, case: str) -> dict[str, np.ndarray]:
+    out = tmp_path / f"{case}.npz"
+    run = subprocess.run(
+        [sys.executable, "-m", "omnikeras", "launch", "--workers", "1", "--log-dir", str(tmp_path / "logs"),
+         str(SCRIPT), "--case", case, "--out", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    with np.load(out) as saved:
+        return dict(saved)
+
+
+def _pairs(saved: dict[str, np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
+    count = sum(key.startswith("ours_") for key in saved)
+    return [(saved[f"ours_{i}"], saved[f"plain_{i}"]) for i in range(count)]
+
+
+def test_schedule_weight_decay_and_batch_normalization_end_where_plain_keras_ends(tmp_path) -> None:
+    saved = _train(tmp_path, "schedule")
+    assert saved["updates"] == 200
+    for ours, plain in _pairs(saved):
+        np.testing.assert_allclose(ours, plain, atol=1e-5)
+    # The variable without a gradient neither moved nor decayed.
+    np.testing.assert_array_equal(saved["idle"], np.ones(3, np.float32))
+
+
+def test_learning_rate_scheduler_changes_the_server_s_rate(tmp_path) -> None:
+    saved = _train(tmp_path, "callbacks")
+    # Halved at epochs 20, 40, ..., 180: nine times.
+    assert saved["learning_rate"] == pytest.approx(0.1 / 2**9)
+    for ours, plain in _pairs(saved):
+        np.testing.assert_allclose(ours, plain, atol=1e-5)

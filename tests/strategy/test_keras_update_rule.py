@@ -1,0 +1,72 @@
+"""A Keras SGD's settings become the server's rule, or a clear error."""
+
+import keras
+import pytest
+
+from omnikeras.parameter_server.schedules import LearningRateSchedule
+from omnikeras.strategy.fit import _check_one_learning_rate_owner
+from omnikeras.strategy.update_rule import server_update_rule
+from omnikeras.tuner import OmnivoreCallback
+
+
+def _model(optimizer: keras.optimizers.Optimizer, constraint: str | None = None) -> keras.Model:
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, kernel_constraint=constraint)])
+    model.compile(optimizer=optimizer, loss="mse")
+    return model
+
+
+def test_schedule_weight_decay_and_its_exclusions_reach_the_server() -> None:
+    schedule = keras.optimizers.schedules.CosineDecay(0.1, decay_steps=100)
+    optimizer = keras.optimizers.SGD(schedule, momentum=0.8, nesterov=True, weight_decay=0.004)
+    optimizer.exclude_from_weight_decay(var_names=["bias"])
+    model = _model(optimizer)
+    rule = server_update_rule(optimizer, model.trainable_variables)
+    assert (rule.momentum, rule.nesterov, rule.weight_decay) == (0.8, True, 0.004)
+    assert rule.learning_rate_schedule == LearningRateSchedule("CosineDecay", schedule.get_config())
+    assert rule.learning_rate_at(100) == pytest.approx(0.0)
+    bias = next(v.path for v in model.trainable_variables if "bias" in v.path)
+    assert rule.no_weight_decay == {bias}
+
+
+def test_a_constant_rate_reads_back_as_written() -> None:
+    optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
+    rule = server_update_rule(optimizer, _model(optimizer).trainable_variables)
+    assert (rule.learning_rate, rule.learning_rate_schedule, rule.weight_decay) == (0.01, None, 0.0)
+
+
+class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    def __call__(self, step):
+        return 0.1
+
+
+class SubclassedDecay(keras.optimizers.schedules.ExponentialDecay):
+    pass
+
+
+@pytest.mark.parametrize(
+    "optimizer, constraint, error, message",
+    [
+        (keras.optimizers.SGD(WarmupSchedule()), None, TypeError, "not .*WarmupSchedule"),
+        (keras.optimizers.SGD(SubclassedDecay(0.1, 10, 0.5)), None, TypeError, "not .*SubclassedDecay"),
+        (keras.optimizers.SGD(lambda: 0.1), None, TypeError, "function"),
+        (keras.optimizers.SGD(0.1, use_ema=True), None, ValueError, "use_ema"),
+        (keras.optimizers.SGD(0.1, gradient_accumulation_steps=2), None, ValueError, "gradient_accumulation_steps"),
+        (keras.optimizers.SGD(0.1), "non_neg", ValueError, "constraint.*kernel"),
+    ],
+)
+def test_what_the_server_cannot_apply_is_refused_by_name(optimizer, constraint, error, message) -> None:
+    model = _model(optimizer, constraint)
+    with pytest.raises(error, match=message):
+        server_update_rule(optimizer, model.trainable_variables)
+
+
+def test_the_tuner_owns_the_learning_rate() -> None:
+    constant = _model(keras.optimizers.SGD(0.1))
+    tuner = OmnivoreCallback(target_loss=0.1)
+    _check_one_learning_rate_owner(constant, [tuner])
+    _check_one_learning_rate_owner(constant, [keras.callbacks.ReduceLROnPlateau()])
+    with pytest.raises(ValueError, match="OmnivoreCallback tunes the learning rate.*LearningRateScheduler"):
+        _check_one_learning_rate_owner(constant, [tuner, keras.callbacks.LearningRateScheduler(lambda e, r: r)])
+    scheduled = _model(keras.optimizers.SGD(keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.5)))
+    with pytest.raises(ValueError, match="ExponentialDecay schedule"):
+        _check_one_learning_rate_owner(scheduled, [tuner])
