@@ -35,7 +35,7 @@ def _leftovers(tmp_path: pathlib.Path) -> list[str]:
 def undisturbed(tmp_path_factory) -> tuple[pathlib.Path, subprocess.CompletedProcess[str]]:
     """A run on the mixed cluster without faults."""
     tmp_path = tmp_path_factory.mktemp("undisturbed")
-    return tmp_path, _launch(tmp_path, "--groups", "1", "--group-timeout", "5", epochs=12)
+    return tmp_path, _launch(tmp_path, "--groups", "1", "--group-timeout", "5", epochs=40)
 
 
 def test_a_run_on_the_mixed_cluster_learns_and_leaves_nothing_behind(undisturbed) -> None:
@@ -56,7 +56,7 @@ def test_every_fault_is_injected_survived_and_costs_under_a_point_of_accuracy(tm
         tmp_path, "--groups", "1", "--group-timeout", "5", "--checkpoint-every", "2",
         "--fault", "pause:slow-1@4+3", "--fault", "cut-link:0@9+2", "--fault", "kill-worker:slow-2@13",
         "--fault", "kill-ps:0@16",
-        epochs=12,
+        epochs=40,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     injected = (tmp_path / "logs" / "faults.log").read_text().splitlines()
