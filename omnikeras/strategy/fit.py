@@ -137,8 +137,15 @@ def fit_through_server(
         arguments["verbose"] = 0
         for key in ("validation_data", "validation_steps", "validation_batch_size", "validation_freq"):
             arguments.pop(key, None)
-    # The shard is shuffled already, alike on every worker.
-    return fit(model, x=shard, shuffle=False, callbacks=[sync, *callbacks, *relay, ClusterLeave(worker)], **arguments)
+    worker.failure = None
+    try:
+        # The shard is shuffled already, alike on every worker.
+        return fit(model, x=shard, shuffle=False, callbacks=[sync, *callbacks, *relay, ClusterLeave(worker)], **arguments)
+    except Exception:
+        # An exchange's error reaches here wrapped in TensorFlow's: the user gets it as raised.
+        if worker.failure is not None:
+            raise worker.failure from None
+        raise
 
 
 def _check_supported(model: keras.Model, arguments: dict[str, Any]) -> None:

@@ -52,6 +52,8 @@ class ClusterWorker:
         self.hyperparameters = Hyperparameters()
         self.last_push: PushResult | None = None
         self.rejected_steps = 0
+        # What ended the last exchange with the servers, if it failed.
+        self.failure: Exception | None = None
         # Set when this worker comes back after the chief ended training.
         self._training_over = False
         self._layout_version = -1
@@ -137,7 +139,17 @@ class ClusterWorker:
 
     def push_pull(self, names: Sequence[str], *gradients: np.ndarray) -> list[np.ndarray]:
         """One group step: this worker's gradients (of the variables `names`, by path) out,
-        the group step's weights of the same variables back."""
+        the group step's weights of the same variables back.
+
+        An error is kept in `failure` as well: TensorFlow hands it on wrapped in its own.
+        """
+        try:
+            return self._push_pull(names, gradients)
+        except Exception as error:
+            self.failure = error
+            raise
+
+    def _push_pull(self, names: Sequence[str], gradients: Sequence[np.ndarray]) -> list[np.ndarray]:
         if self._training_over:
             return self._pull_current(names)
         self.step += 1

@@ -106,3 +106,17 @@ def test_the_model_keeps_no_memory_of_the_shared_segment(server) -> None:
 
     model.fit(*_data(), batch_size=32, epochs=1, verbose=0, callbacks=[keras.callbacks.LambdaCallback(on_train_batch_end=overwrite_the_segment)])
     assert changed == [False, False, False]
+
+
+def test_training_stops_with_a_clear_error_after_too_many_refused_steps(server) -> None:
+    strategy = omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,)))
+    model = _model(strategy, keras.optimizers.SGD, learning_rate=0.1)
+    x, y = _data()
+    x[:] = np.nan  # every gradient is NaN: the server refuses each step
+    with pytest.raises(FloatingPointError, match="NaN or Inf for 11 steps in a row"):
+        model.fit(x, y, batch_size=8, epochs=2, verbose=0)
+    stats = server.coordinator.stats()
+    assert stats.pushes_rejected_non_finite == 11 and stats.updates_applied == 0
+    # The refusals changed nothing on the server.
+    weights = ParameterServerClient([server.address]).pull().weights
+    assert all(np.isfinite(w).all() for w in weights.values())
