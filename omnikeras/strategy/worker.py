@@ -156,10 +156,11 @@ class ClusterWorker:
         pushed = dict(zip(names, gradients))
         for name, pulled_value in self._pulled_statistics.items():
             pushed[name] = pushed[name] - pulled_value
-        for name in self.names:
-            if name not in pushed:
-                shape, dtype = self.shapes[name]
-                pushed[name] = np.zeros(shape, dtype)
+        if len(pushed) < len(self.names):
+            for name in self.names:
+                if name not in pushed:
+                    shape, dtype = self.shapes[name]
+                    pushed[name] = np.zeros(shape, dtype)
         try:
             result, pulled = self.client.push_pull(pushed, step=self.step, example_count=self.example_count)
         except grpc.RpcError as error:
