@@ -51,8 +51,6 @@ class Estimate:
         """Seconds from the common snapshot until the target loss: the trial's own time,
         then its remaining updates at the measured pace (less, when the trial went past
         the target)."""
-        if self.updates_to_target == 0:
-            return self.trial_seconds
         return self.trial_seconds + self.measured_seconds_per_update * self.updates_to_target
 
 
