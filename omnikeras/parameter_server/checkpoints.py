@@ -40,6 +40,7 @@ class CheckpointDirectory:
             ),
             "num_groups": state.num_groups,
             "assignment": {str(w): g for w, g in state.assignment.items()},
+            "next_batch": state.next_batch,
         }
         arrays = {f"w{i}": state.weights[name] for i, name in enumerate(names)}
         arrays.update(
@@ -82,6 +83,7 @@ class CheckpointDirectory:
             ),
             num_groups=header["num_groups"],
             assignment={int(w): g for w, g in header["assignment"].items()},
+            next_batch=header.get("next_batch", 0),
         )
 
     def _prune(self) -> None:

@@ -178,7 +178,9 @@ class ParameterServerClient:
 
         return self._merge(self._each(fetch))
 
-    def push(self, gradients: Mapping[str, np.ndarray], step: int, example_count: int) -> PushResult:
+    def push(
+        self, gradients: Mapping[str, np.ndarray], step: int, example_count: int, batch: int | None = None
+    ) -> PushResult:
         """Pushes one gradient and waits until its group step is applied.
 
         Args:
@@ -187,16 +189,18 @@ class ParameterServerClient:
             step: This worker's step counter; strictly increasing. Sending a step again
                 (a retry) never applies it twice.
             example_count: Examples behind the gradient; its weight in the group's mean.
+            batch: The batch the gradient was computed on, as the server handed it out
+                (`PushResult.next_batch`), or None when the caller reads its own.
         """
 
         def send(index: int, shard: ShardConnection) -> PushResult:
-            requests = self._push_requests(index, gradients, step, example_count)
+            requests = self._push_requests(index, gradients, step, example_count, batch)
             return PushResult.from_proto(shard.call(lambda: shard.tensor_stub.Push(requests(), timeout=self.timeout, metadata=shard.metadata)))
 
         return self._each(send)[0]
 
     def push_pull(
-        self, gradients: Mapping[str, np.ndarray], step: int, example_count: int
+        self, gradients: Mapping[str, np.ndarray], step: int, example_count: int, batch: int | None = None
     ) -> tuple[PushResult, PullResult]:
         """`push`, then the weights its group step produced, in one round trip.
 
@@ -210,14 +214,15 @@ class ParameterServerClient:
         def send(index: int, shard: ShardConnection) -> tuple[PushResult, int, dict[str, np.ndarray]]:
             channel = channels[index]
             if channel is not None:
-                header, mine = self._push_header(index, step, example_count), self._shard_part(index, gradients)
+                header = self._push_header(index, step, example_count, batch)
+                mine = self._shard_part(index, gradients)
                 try:
                     push, version, weights = channel.push_pull(mine, header)
                     return PushResult.from_proto(push), version, weights
                 except OSError:
                     # The shard went away (a restart, say): gRPC retries until it is back.
                     broken.append(shard.address)
-            requests = self._push_requests(index, gradients, step, example_count)
+            requests = self._push_requests(index, gradients, step, example_count, batch)
 
             def attempt() -> tuple[PushResult, int, dict[str, np.ndarray]]:
                 header, version, weights = _read_weights(
@@ -320,9 +325,9 @@ class ParameterServerClient:
     # Internals ----------------------------------------------------------------------------
 
     def _push_requests(
-        self, index: int, gradients: Mapping[str, np.ndarray], step: int, example_count: int
+        self, index: int, gradients: Mapping[str, np.ndarray], step: int, example_count: int, batch: int | None
     ) -> Callable[[], Iterator[pb.PushRequest | bytes]]:
-        header = self._push_header(index, step, example_count)
+        header = self._push_header(index, step, example_count, batch)
         mine = self._shard_part(index, gradients)
 
         def requests() -> Iterator[pb.PushRequest | bytes]:
@@ -331,13 +336,18 @@ class ParameterServerClient:
 
         return requests
 
-    def _push_header(self, index: int, step: int, example_count: int) -> pb.PushHeader:
-        return pb.PushHeader(
+    def _push_header(self, index: int, step: int, example_count: int, batch: int | None) -> pb.PushHeader:
+        header = pb.PushHeader(
             worker_id=self._worker_id(),
             step=step,
             model_version=self._versions[index],
             example_count=example_count,
         )
+        # The first shard hands out the batches: the others see the groups' steps complete
+        # in their own order.
+        if batch is not None and index == 0:
+            header.batch = batch
+        return header
 
     def _shard_part(self, index: int, gradients: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The gradients of the variables that live on shard `index`."""

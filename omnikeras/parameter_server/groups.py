@@ -4,6 +4,10 @@ Every registered worker belongs to one of `num_groups` groups. A group step coll
 gradient from each live member; when the last one arrives, their mean weighted by example
 count is applied as ONE update. Groups do not wait for each other. A member that misses the
 group deadline is dropped, so a dead worker never blocks its group for longer than that.
+
+The coordinator also hands out the training batches: each group step reads the next batch
+in one sequence shared by all groups, so that every batch is read once however the groups
+are laid out, also across a regrouping.
 """
 
 import collections
@@ -35,6 +39,8 @@ class PushResult:
     stop_requested: bool = False
     # Changes whenever groups or their members change.
     layout_version: int = 0
+    # The batch the worker's group reads at its next step.
+    next_batch: int = -1
 
     @classmethod
     def from_proto(cls, reply: pb.PushReply) -> "PushResult":
@@ -44,6 +50,7 @@ class PushResult:
             reply.group_members_combined,
             reply.stop_requested,
             reply.layout_version,
+            reply.next_batch,
         )
 
     def to_proto(self) -> pb.PushReply:
@@ -53,6 +60,7 @@ class PushResult:
             group_members_combined=self.members_combined,
             stop_requested=self.stop_requested,
             layout_version=self.layout_version,
+            next_batch=self.next_batch,
         )
 
 
@@ -84,6 +92,8 @@ class GroupStats:
     members: list[int]
     updates_applied: int
     staleness_histogram: dict[int, int]
+    # The batch the group reads at its current step; -1 for a group without members.
+    next_batch: int = -1
 
 
 @dataclass(frozen=True)
@@ -127,6 +137,10 @@ class GroupCoordinator:
         # Gradients computed before this version belong to weights a restore replaced.
         self._restored_at = 0
         self._snapshots: dict[str, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = {}
+        # Batches handed out so far, and the one each group reads at its current step:
+        # handed out as a group first needs it, so none goes unread.
+        self._batches_handed_out = 0
+        self._batch_of_group: dict[int, int] = {}
         # The checkpoint's version when the server resumed from one; -1 otherwise.
         self.resumed_from_version = -1
 
@@ -192,6 +206,9 @@ class GroupCoordinator:
                 sizes[group] += 1
                 self._workers[worker_id].group = group
             self._assignment.update({w: worker.group for w, worker in self._workers.items()})
+            # The steps under way belong to the old layout: their members finish them as
+            # steps of their own, and the new groups read new batches.
+            self._batch_of_group.clear()
             self._layout_version += 1
             return num_groups, {w: worker.group for w, worker in self._workers.items()}, flushed
 
@@ -259,11 +276,13 @@ class GroupCoordinator:
         example_count: int,
         gradients: dict[str, np.ndarray],
         caller_gone: Callable[[], bool] = lambda: False,
+        batch: int | None = None,
     ) -> PushResult:
         """Adds one member's gradient to its group step and waits until that step is applied.
 
         A push whose step this worker already pushed (a retry) is not applied again: it gets
-        the result of the step that took it.
+        the result of the step that took it. A gradient of a `batch` that is not the group's
+        current one (computed in the layout before a regrouping) is applied on its own.
         """
         if example_count <= 0:
             raise InvalidArgument(f"example_count must be positive, got {example_count}")
@@ -281,21 +300,35 @@ class GroupCoordinator:
                     f"restored at version {self._restored_at}: pull and compute again"
                 )
             if step <= worker.last_step:
-                return self._with_stop(self._duplicate(worker_id, worker, step, caller_gone))
+                return self._reply(self._duplicate(worker_id, worker, step, caller_gone), worker.group)
             group = worker.group
+            contribution = _Contribution(gradients, example_count, computed_at)
+            worker.last_step = step
+            if batch is not None and batch != self._batch_of_group.get(group):
+                alone = _GroupStep(deadline=0.0, contributions={worker_id: contribution})
+                return self._reply(self._apply(group, alone), group)
             pending = self._pending.get(group)
             if pending is None:
                 pending = self._pending[group] = _GroupStep(time.monotonic() + self.group_timeout)
-            pending.contributions[worker_id] = _Contribution(gradients, example_count, computed_at)
-            worker.last_step = step
+            pending.contributions[worker_id] = contribution
             if self._members(group) <= pending.contributions.keys():
                 self._complete(group)
-            return self._with_stop(self._wait(pending, group, caller_gone))
+            return self._reply(self._wait(pending, group, caller_gone), group)
 
-    def _with_stop(self, result: PushResult) -> PushResult:
+    def _reply(self, result: PushResult, group: int) -> PushResult:
         return dataclasses.replace(
-            result, stop_requested=self._stop_requested, layout_version=self._layout_version
+            result,
+            stop_requested=self._stop_requested,
+            layout_version=self._layout_version,
+            next_batch=self._batch(group),
         )
+
+    def _batch(self, group: int) -> int:
+        """The batch `group` reads at its current step, handed out now if it has none."""
+        if group not in self._batch_of_group:
+            self._batch_of_group[group] = self._batches_handed_out
+            self._batches_handed_out += 1
+        return self._batch_of_group[group]
 
     def _duplicate(
         self, worker_id: int, worker: _Worker, step: int, caller_gone: Callable[[], bool]
@@ -324,17 +357,22 @@ class GroupCoordinator:
         return pending.result
 
     def _complete(self, group: int) -> None:
-        pending = self._pending.pop(group)
-        contributions = list(pending.contributions.values())
+        """Applies the group's step; its next step reads the next batch."""
+        self._batch_of_group.pop(group, None)
+        self._apply(group, self._pending.pop(group))
+
+    def _apply(self, group: int, step: _GroupStep) -> PushResult:
+        contributions = list(step.contributions.values())
         staleness = self.model.version - min(c.computed_at for c in contributions)
         self.model.apply(_weighted_mean(contributions))
-        pending.result = PushResult(self.model.version, group, len(contributions))
-        for worker_id in pending.contributions:
+        step.result = PushResult(self.model.version, group, len(contributions))
+        for worker_id in step.contributions:
             if worker_id in self._workers:
-                self._workers[worker_id].last_result = pending.result
+                self._workers[worker_id].last_result = step.result
         self._updates[group] += 1
         self._staleness[group][staleness] += 1
         self._cond.notify_all()
+        return step.result
 
     def _drop_missing(self, group: int, pending: _GroupStep) -> None:
         for worker_id in self._members(group) - pending.contributions.keys():
@@ -403,6 +441,7 @@ class GroupCoordinator:
 
     def stats(self) -> CoordinatorStats:
         with self._cond:
+            occupied = {worker.group for worker in self._workers.values()}
             return CoordinatorStats(
                 model_version=self.model.version,
                 updates_applied=sum(self._updates.values()),
@@ -415,6 +454,7 @@ class GroupCoordinator:
                         members=sorted(self._members(g)),
                         updates_applied=self._updates[g],
                         staleness_histogram=dict(self._staleness[g]),
+                        next_batch=self._batch(g) if g in occupied else -1,
                     )
                     for g in range(self.num_groups)
                 ],
@@ -432,6 +472,9 @@ class GroupCoordinator:
                 hyperparameters=self.model.hyperparameters,
                 num_groups=self.num_groups,
                 assignment=dict(self._assignment),
+                # From the first batch whose step is not in the checkpoint: a restarted
+                # server hands out again what may not have been used.
+                next_batch=min(self._batch_of_group.values(), default=self._batches_handed_out),
             )
 
     def restore(self, state: ServerState) -> None:
@@ -443,6 +486,8 @@ class GroupCoordinator:
             self.num_groups = state.num_groups
             self._assignment = dict(state.assignment)
             self._next_worker_id = max(self._assignment, default=0) + 1
+            self._batches_handed_out = state.next_batch
+            self._batch_of_group.clear()
             self._cond.notify_all()
 
 

@@ -18,3 +18,5 @@ class ServerState:
     num_groups: int
     # Worker id -> group, so a worker that re-registers returns to its group.
     assignment: dict[int, int]
+    # The first batch to hand out.
+    next_batch: int = 0

@@ -168,6 +168,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
                     members=g.members,
                     updates_applied=g.updates_applied,
                     staleness_histogram=g.staleness_histogram,
+                    next_batch=g.next_batch,
                 )
                 for g in stats.groups
             ],
@@ -216,6 +217,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
             header.example_count,
             gradients,
             caller_gone=lambda: not context.is_active(),
+            batch=header.batch if header.HasField("batch") else None,
         )
 
 

@@ -151,6 +151,7 @@ class SharedMemoryServer:
                 header.example_count,
                 dict(gradients),
                 caller_gone=lambda: shared_memory.peer_closed(connection),
+                batch=header.batch if header.HasField("batch") else None,
             )
             version = self.coordinator.copy_weights(weights)
         except ParameterServerError as error:

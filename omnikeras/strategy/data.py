@@ -1,13 +1,14 @@
-"""Each worker's distinct part of the training data.
+"""The training batches, by index, and each worker's share of them.
 
-All workers walk the same sequence of batches (the same seeded shuffle). Group `j` of `g`
-takes batches `j, j + g, j + 2g, ...`, one per group step, and each member of the group
-takes its slice of the batch's rows, so every example is read once per epoch and each
-update is made of exactly one batch. The place is read from variables at every batch, so
-that a regrouping while training runs takes effect at once, without a new pipeline.
+The parameter server hands out batch indices, one per group step, in one sequence shared by
+all groups (`PushResult.next_batch`): batch `i` is position `i % n` of pass `i // n` over
+the data, and every worker reads the same batch `i` (the same seeded shuffle), so every
+example is read once per pass however the groups are laid out, also across a regrouping.
+Each member of a group takes its slice of the batch's rows.
 """
 
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
 
 import keras
 import numpy as np
@@ -16,46 +17,120 @@ import tensorflow as tf
 from omnikeras.strategy.place import GroupPlace
 
 
-class DataPlacement:
-    """The worker's place as variables its input pipeline reads at every batch."""
+class BatchSource(Protocol):
+    """The training batches, each readable by its index."""
 
-    def __init__(self) -> None:
-        with tf.device("/cpu:0"):
-            self.num_groups = tf.Variable(1, dtype=tf.int64, trainable=False)
-            self.group = tf.Variable(0, dtype=tf.int64, trainable=False)
-            self.start = tf.Variable(0.0, dtype=tf.float64, trainable=False)
-            self.stop = tf.Variable(1.0, dtype=tf.float64, trainable=False)
-            self.min_rows = tf.Variable(1, dtype=tf.int64, trainable=False)
+    # Batches in one pass over the data; None for an endless dataset.
+    batches_per_pass: int | None
+    element_spec: Any
 
-    def update(self, place: GroupPlace) -> None:
-        self.num_groups.assign(place.num_groups)
-        self.group.assign(place.group)
-        self.start.assign(place.start)
-        self.stop.assign(place.stop)
-        self.min_rows.assign(place.min_batch_size())
+    def batch(self, index: int) -> Any:
+        """Batch `index` as NumPy arrays, in the structure `fit` reads."""
 
 
-def training_batches(
+class ArrayBatches:
+    """The batches `model.fit` makes of arrays: pass `p` reads them in an order shuffled
+    by `(seed, p)`, the same on every worker. A short last batch is left out: it could not
+    be shared by every member of a group."""
+
+    def __init__(self, x: Any, y: Any, sample_weight: Any, batch_size: int, shuffle: bool | str, seed: int) -> None:
+        if not _is_array_structure(x):
+            raise TypeError(
+                "GroupedAsyncStrategy reads NumPy arrays, tensors or a batched tf.data.Dataset; "
+                f"got {type(x).__name__}"
+            )
+        parts = tuple(part for part in (x, y, sample_weight) if part is not None)
+        self.elements = tf.nest.map_structure(np.asarray, parts if len(parts) > 1 else parts[0])
+        self.example_count = len(tf.nest.flatten(self.elements)[0])
+        self.batch_size = batch_size
+        self.batches_per_pass = self.example_count // batch_size
+        if self.batches_per_pass == 0:
+            raise ValueError(f"{self.example_count} examples make no batch of {batch_size}")
+        self.element_spec = tf.nest.map_structure(
+            lambda a: tf.TensorSpec((None, *a.shape[1:]), a.dtype), self.elements
+        )
+        self._shuffle = shuffle
+        self._seed = seed
+        self._order_of_pass = (-1, np.arange(0))
+
+    def batch(self, index: int) -> Any:
+        number, position = divmod(index, self.batches_per_pass)
+        rows = self._order(number)[position * self.batch_size : (position + 1) * self.batch_size]
+        return tf.nest.map_structure(lambda a: a[rows], self.elements)
+
+    def _order(self, number: int) -> np.ndarray:
+        if self._order_of_pass[0] != number:
+            self._order_of_pass = (number, self._shuffled(number))
+        return self._order_of_pass[1]
+
+    def _shuffled(self, number: int) -> np.ndarray:
+        if not self._shuffle:
+            return np.arange(self.example_count)
+        random = np.random.default_rng([self._seed, number])
+        if self._shuffle == "batch":
+            # Keras' "batch" shuffle: the batches in a new order, each batch as it is.
+            batches = random.permutation(self.batches_per_pass)
+            return (batches[:, None] * self.batch_size + np.arange(self.batch_size)).ravel()
+        return random.permutation(self.example_count)
+
+
+class DatasetBatches:
+    """The batches of a batched `tf.data.Dataset`: batch `i` is element `i` of the dataset
+    repeated, so every worker walks the same passes (a seeded shuffle inside the dataset
+    shuffles each pass alike on every worker)."""
+
+    def __init__(self, dataset: tf.data.Dataset) -> None:
+        cardinality = int(dataset.cardinality())
+        if cardinality == tf.data.UNKNOWN_CARDINALITY:
+            # One pass to count: the batch indices need the length of a pass.
+            cardinality = sum(1 for _ in dataset)
+        if cardinality == 0:
+            raise ValueError("the training dataset is empty")
+        self.batches_per_pass = None if cardinality == tf.data.INFINITE_CARDINALITY else cardinality
+        self.element_spec = dataset.element_spec
+        self._dataset = dataset
+        self._stream: Iterator[Any] | None = None
+        self._position = 0
+
+    def batch(self, index: int) -> Any:
+        if self._stream is None or index < self._position:
+            # Back to an earlier batch (after a server restart): walk again from the start.
+            self._stream, self._position = iter(self._dataset.repeat()), 0
+        while self._position < index:
+            next(self._stream)
+            self._position += 1
+        self._position += 1
+        return tf.nest.map_structure(np.asarray, next(self._stream))
+
+
+def batch_source(
     x: Any, y: Any, sample_weight: Any, batch_size: int, shuffle: bool | str, seed: int
-) -> tf.data.Dataset:
-    """The batches `model.fit` would make of `x`, the same on every worker. A short last
-    batch is left out: it could not be shared by every member of a group."""
+) -> BatchSource:
+    """The batches `model.fit` would make of its arguments."""
     if isinstance(x, tf.data.Dataset):
         if y is not None or sample_weight is not None:
             raise ValueError("with a tf.data.Dataset, pass y and sample_weight inside the dataset")
-        return x
-    if not _is_array_structure(x):
-        raise TypeError(
-            "GroupedAsyncStrategy reads NumPy arrays, tensors or a batched tf.data.Dataset; "
-            f"got {type(x).__name__}"
-        )
-    elements = tuple(part for part in (x, y, sample_weight) if part is not None)
-    dataset = tf.data.Dataset.from_tensor_slices(elements if len(elements) > 1 else elements[0])
-    if shuffle:
-        count = len(tf.nest.flatten(x)[0])
-        # The same seed on every worker: they must agree on which examples form a batch.
-        dataset = dataset.shuffle(count, seed=seed, reshuffle_each_iteration=True)
-    return dataset.batch(batch_size, drop_remainder=True)
+        return DatasetBatches(x)
+    return ArrayBatches(x, y, sample_weight, batch_size, shuffle, seed)
+
+
+def share(batch: Any, place: GroupPlace) -> Any:
+    """A member's rows of its group's batch: at least one, also of a batch shorter than
+    the group (a dataset's last), where the members without a row of their own take the
+    last one."""
+    count = len(tf.nest.flatten(batch)[0])
+    start = min(round(count * place.start), count - 1)
+    stop = max(round(count * place.stop), start + 1)
+    return tf.nest.map_structure(lambda a: a[start:stop], batch)
+
+
+def dataset_of(shares: Callable[[], Iterator[Any]], element_spec: Any) -> tf.data.Dataset:
+    """A dataset of the worker's shares, produced only as each step asks for one: the
+    batch a step reads is known once the step before it has its reply."""
+    dataset = tf.data.Dataset.from_generator(shares, output_signature=element_spec)
+    options = tf.data.Options()
+    options.experimental_optimization.inject_prefetch = False
+    return dataset.with_options(options)
 
 
 def first_examples(x: Any, y: Any, sample_weight: Any, count: int) -> tuple[Any, Any, Any]:
@@ -100,26 +175,6 @@ def split_validation(x: Any, y: Any, sample_weight: Any, fraction: float) -> tup
     training = (part(x, head), part(y, head), part(sample_weight, head))
     validation = tuple(p for p in (part(x, tail), part(y, tail), part(sample_weight, tail)) if p is not None)
     return training, validation
-
-
-def worker_shard(batches: tf.data.Dataset, placement: DataPlacement) -> tf.data.Dataset:
-    """This worker's share of `batches`: its group's batches, and its rows of each."""
-
-    def mine(index: tf.Tensor, batch: Any) -> tf.Tensor:
-        return (index % placement.num_groups == placement.group) & (_length(batch) >= placement.min_rows)
-
-    def rows(index: tf.Tensor, batch: Any) -> Any:
-        count = tf.cast(_length(batch), tf.float64)
-        start = tf.cast(tf.math.round(count * placement.start), tf.int32)
-        stop = tf.cast(tf.math.round(count * placement.stop), tf.int32)
-        return tf.nest.map_structure(lambda tensor: tensor[start:stop], batch)
-
-    # One batch ahead at most: a regrouping reaches the next step, not one far behind it.
-    return batches.enumerate().filter(mine).map(rows).prefetch(1)
-
-
-def _length(batch: Any) -> tf.Tensor:
-    return tf.cast(tf.shape(tf.nest.flatten(batch)[0])[0], tf.int64)
 
 
 def _is_array_structure(x: Any) -> bool:

@@ -23,9 +23,8 @@ _LEARNING_RATE_CALLBACKS = (keras.callbacks.LearningRateScheduler, keras.callbac
 
 
 class ClusterSync(keras.callbacks.Callback):
-    """Connects one `fit` to the cluster: the same first weights everywhere, a new group
-    layout handed to the input pipeline between steps, and the chief's end of training
-    for everyone.
+    """Connects one `fit` to the cluster: the same first weights everywhere, and the
+    chief's end of training for everyone.
 
     `fit` adds it by itself under `GroupedAsyncStrategy`, first among the callbacks, so
     that the others see the cluster's weights; its `logs` carry the server's model
@@ -41,7 +40,6 @@ class ClusterSync(keras.callbacks.Callback):
         self.worker.start(self.model)
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
-        self.worker.update_placement()
         if self.worker.stop_requested:
             self.model.stop_training = True
 
@@ -82,6 +80,34 @@ class LearningRateRelay(keras.callbacks.Callback):
             self.worker.change_update_rule(learning_rate=rate)
 
 
+class PassProgress(keras.callbacks.ProgbarLogger):
+    """Keras' progress bar, for epochs that are passes over the data: each epoch's length
+    is this worker's share of a pass in the present layout, which Keras cannot know, and
+    the bar ends at the steps the epoch took.
+
+    `fit` adds it on the chief unless the user gave a `ProgbarLogger` of their own.
+    """
+
+    def __init__(self, worker: ClusterWorker) -> None:
+        super().__init__()
+        self.worker = worker
+        self._steps: int | None = None
+
+    def set_params(self, params: dict) -> None:
+        super().set_params(params)
+        # `steps_per_epoch`, when the user gave it.
+        self._steps = params["steps"]
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        self.target = self._steps or self.worker.steps_per_epoch
+        super().on_epoch_begin(epoch, logs)
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        if self.progbar is not None:
+            self.target = self.progbar.target = self.seen
+        super().on_epoch_end(epoch, logs)
+
+
 class ClusterLeave(keras.callbacks.Callback):
     """Leaves the cluster when `fit` ends and takes the server's final weights.
 
@@ -116,20 +142,14 @@ def fit_through_server(
     batch_size = arguments.pop("batch_size", None) or 32
     worker.join(batch_size)
     worker.remember_data(x, y, sample_weight)
-    batches = data.training_batches(
-        x, y, sample_weight, batch_size, arguments.pop("shuffle", True), config.seed
-    )
-    batch_count = int(batches.cardinality())
-    if batch_count > 0 and arguments.get("steps_per_epoch") is None:
-        # An endless stream, so that a regrouping while training runs never leaves a
-        # worker short of data; an epoch is the steps of the starting layout.
-        batches = batches.repeat()
-        arguments["steps_per_epoch"] = max(1, -(-batch_count // worker.place.num_groups))
-    shard = data.worker_shard(batches, worker.placement)
+    source = data.batch_source(x, y, sample_weight, batch_size, arguments.pop("shuffle", True), config.seed)
+    shares = worker.read_from(source, epochs_by_pass=arguments.get("steps_per_epoch") is None)
     sync = ClusterSync(worker)
     callbacks = list(arguments.pop("callbacks", None) or [])
     _check_one_learning_rate_owner(model, callbacks)
-    relay = [LearningRateRelay(worker)] if config.is_chief else []
+    chief_callbacks: list[keras.callbacks.Callback] = [LearningRateRelay(worker)] if config.is_chief else []
+    if config.is_chief and not any(isinstance(c, keras.callbacks.ProgbarLogger) for c in callbacks):
+        chief_callbacks.append(PassProgress(worker))
     if not config.is_chief:
         # Validation, checkpoints and logs are the chief's job: the others would overwrite
         # its files with their own.
@@ -139,8 +159,8 @@ def fit_through_server(
             arguments.pop(key, None)
     worker.failure = None
     try:
-        # The shard is shuffled already, alike on every worker.
-        return fit(model, x=shard, shuffle=False, callbacks=[sync, *callbacks, *relay, ClusterLeave(worker)], **arguments)
+        # The shares are shuffled already, alike on every worker.
+        return fit(model, x=shares, shuffle=False, callbacks=[sync, *callbacks, *chief_callbacks, ClusterLeave(worker)], **arguments)
     except Exception:
         # An exchange's error reaches here wrapped in TensorFlow's: the user gets it as raised.
         if worker.failure is not None:

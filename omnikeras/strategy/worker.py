@@ -3,8 +3,9 @@ group step's push and pull, a regrouping while training runs, and the end of tra
 
 import dataclasses
 import logging
+import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import grpc
@@ -34,11 +35,14 @@ class ClusterWorker:
             root_cert=config.root_cert,
             shared_memory=config.shared_memory,
         )
-        self.placement = data.DataPlacement()
         self.place: GroupPlace | None = None
-        # A new place found during a step waits for `update_placement`: TensorFlow must
-        # not be called from inside the step's numpy_function.
-        self._placement_stale = False
+        # The training batches; the one this worker's group reads next, as the server
+        # handed it out; and the one the step under way read.
+        self.source: data.BatchSource | None = None
+        self.next_batch = 0
+        self.reading: int | None = None
+        # Epochs end where a pass over the data ends, unless `fit` was given its steps.
+        self._epochs_by_pass = True
         self.batch_size = 32
         self.example_count = 1
         self.step = 0
@@ -66,6 +70,28 @@ class ClusterWorker:
         self._data = (x, y, sample_weight)
         self.examples = data.example_count(x)
 
+    def read_from(self, source: data.BatchSource, epochs_by_pass: bool) -> Any:
+        """The dataset `fit` trains on: this worker's share of each batch its group reads.
+        With `epochs_by_pass`, each epoch ends where a pass over the data ends."""
+        self.source = source
+        self._epochs_by_pass = epochs_by_pass and source.batches_per_pass is not None
+        return data.dataset_of(self._shares, source.element_spec)
+
+    @property
+    def steps_per_epoch(self) -> int | None:
+        """This worker's steps in a pass over the data, in the present layout."""
+        if self.source is None or self.source.batches_per_pass is None or self.place is None:
+            return None
+        return math.ceil(self.source.batches_per_pass / self.place.num_groups)
+
+    def _shares(self) -> Iterator[Any]:
+        assert self.source is not None and self.place is not None
+        per_pass = self.source.batches_per_pass
+        epoch = self.next_batch // per_pass if per_pass else 0
+        while not (self._epochs_by_pass and per_pass and self.next_batch // per_pass > epoch):
+            self.reading = self.next_batch
+            yield data.share(self.source.batch(self.next_batch), self.place)
+
     def probe(self, count: int) -> tuple[Any, Any, Any]:
         """The first `count` examples of the training data: the same batch every time."""
         return data.first_examples(*self._data, count)
@@ -87,9 +113,7 @@ class ClusterWorker:
         if self.config.rejoining and self._chief_left():
             logger.warning("worker %d: training ended before it came back; it stops", self.config.worker_id)
             self._training_over = True
-        place = self._take_place()
-        self.update_placement()
-        return place
+        return self._take_place()
 
     def start(self, model: keras.Model) -> None:
         """Gives every worker the same first weights: the chief's, or the server's if it
@@ -162,10 +186,14 @@ class ClusterWorker:
                     shape, dtype = self.shapes[name]
                     pushed[name] = np.zeros(shape, dtype)
         try:
-            result, pulled = self.client.push_pull(pushed, step=self.step, example_count=self.example_count)
+            result, pulled = self.client.push_pull(
+                pushed, step=self.step, example_count=self.example_count, batch=self.reading
+            )
         except grpc.RpcError as error:
             if error.code() == grpc.StatusCode.ABORTED:
-                # The weights were restored under this gradient (a tuning trial began).
+                # The weights were restored under this gradient (a tuning trial began):
+                # the group may read another batch now.
+                self._take_place()
                 return self._pull_current(names)
             if _dropped(error) or _unknown(error):
                 return self._rejoin(names, error.details() or "", server_restarted=_unknown(error))
@@ -174,6 +202,7 @@ class ClusterWorker:
             return self._skip_step(names)
         self.rejected_steps = 0
         self.last_push = result
+        self.next_batch = result.next_batch
         if result.layout_version != self._layout_version:
             self._layout_version = result.layout_version
             self._take_place()
@@ -237,12 +266,6 @@ class ClusterWorker:
     def _pull_current(self, names: Sequence[str]) -> list[np.ndarray]:
         return self._weights_of(names, self.client.pull().weights)
 
-    def update_placement(self) -> None:
-        """Hands the newest place to the input pipeline; called between steps."""
-        if self._placement_stale and self.place is not None:
-            self.placement.update(self.place)
-            self._placement_stale = False
-
     def _take_place(self) -> GroupPlace:
         groups = self.client.stats()[0].groups
         place = GroupPlace.of(self.config.worker_id, groups, self.config.throughput_of)
@@ -258,7 +281,7 @@ class ClusterWorker:
                 100 * (place.stop - place.start),
             )
         self.place = place
-        self._placement_stale = True
+        self.next_batch = next(g.next_batch for g in groups if g.group == place.group)
         self.example_count = int(place.rows_per_member(self.batch_size)[place.member_index])
         return place
 

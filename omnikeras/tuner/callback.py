@@ -137,7 +137,8 @@ class OmnivoreCallback(keras.callbacks.Callback):
         })
         hyperparameters = worker.client.describe().hyperparameters
         compiled = Config(worker.place.num_groups, hyperparameters.learning_rate, hyperparameters.momentum)
-        epochs, steps = self.params.get("epochs"), self.params.get("steps")
+        # Under the strategy an epoch is a pass over the data, whose steps Keras does not know.
+        epochs, steps = self.params.get("epochs"), self.params.get("steps") or worker.steps_per_epoch
         settings = TuningSettings(
             self.target_loss,
             max_trial_steps=self.budget,

@@ -105,16 +105,18 @@ class InitModelReply(_message.Message):
     def __init__(self, model_version: _Optional[int] = ..., initialized_by_caller: _Optional[bool] = ...) -> None: ...
 
 class PushHeader(_message.Message):
-    __slots__ = ("worker_id", "step", "model_version", "example_count")
+    __slots__ = ("worker_id", "step", "model_version", "example_count", "batch")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     EXAMPLE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     step: int
     model_version: int
     example_count: int
-    def __init__(self, worker_id: _Optional[int] = ..., step: _Optional[int] = ..., model_version: _Optional[int] = ..., example_count: _Optional[int] = ...) -> None: ...
+    batch: int
+    def __init__(self, worker_id: _Optional[int] = ..., step: _Optional[int] = ..., model_version: _Optional[int] = ..., example_count: _Optional[int] = ..., batch: _Optional[int] = ...) -> None: ...
 
 class PushRequest(_message.Message):
     __slots__ = ("header", "chunk")
@@ -125,18 +127,20 @@ class PushRequest(_message.Message):
     def __init__(self, header: _Optional[_Union[PushHeader, _Mapping]] = ..., chunk: _Optional[_Union[TensorChunk, _Mapping]] = ...) -> None: ...
 
 class PushReply(_message.Message):
-    __slots__ = ("model_version", "group", "group_members_combined", "stop_requested", "layout_version")
+    __slots__ = ("model_version", "group", "group_members_combined", "stop_requested", "layout_version", "next_batch")
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     GROUP_MEMBERS_COMBINED_FIELD_NUMBER: _ClassVar[int]
     STOP_REQUESTED_FIELD_NUMBER: _ClassVar[int]
     LAYOUT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    NEXT_BATCH_FIELD_NUMBER: _ClassVar[int]
     model_version: int
     group: int
     group_members_combined: int
     stop_requested: bool
     layout_version: int
-    def __init__(self, model_version: _Optional[int] = ..., group: _Optional[int] = ..., group_members_combined: _Optional[int] = ..., stop_requested: _Optional[bool] = ..., layout_version: _Optional[int] = ...) -> None: ...
+    next_batch: int
+    def __init__(self, model_version: _Optional[int] = ..., group: _Optional[int] = ..., group_members_combined: _Optional[int] = ..., stop_requested: _Optional[bool] = ..., layout_version: _Optional[int] = ..., next_batch: _Optional[int] = ...) -> None: ...
 
 class PullRequest(_message.Message):
     __slots__ = ("newer_than", "wait_for_model_seconds")
@@ -237,7 +241,7 @@ class StatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GroupStats(_message.Message):
-    __slots__ = ("group", "members", "updates_applied", "staleness_histogram")
+    __slots__ = ("group", "members", "updates_applied", "staleness_histogram", "next_batch")
     class StalenessHistogramEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -249,11 +253,13 @@ class GroupStats(_message.Message):
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     UPDATES_APPLIED_FIELD_NUMBER: _ClassVar[int]
     STALENESS_HISTOGRAM_FIELD_NUMBER: _ClassVar[int]
+    NEXT_BATCH_FIELD_NUMBER: _ClassVar[int]
     group: int
     members: _containers.RepeatedScalarFieldContainer[int]
     updates_applied: int
     staleness_histogram: _containers.ScalarMap[int, int]
-    def __init__(self, group: _Optional[int] = ..., members: _Optional[_Iterable[int]] = ..., updates_applied: _Optional[int] = ..., staleness_histogram: _Optional[_Mapping[int, int]] = ...) -> None: ...
+    next_batch: int
+    def __init__(self, group: _Optional[int] = ..., members: _Optional[_Iterable[int]] = ..., updates_applied: _Optional[int] = ..., staleness_histogram: _Optional[_Mapping[int, int]] = ..., next_batch: _Optional[int] = ...) -> None: ...
 
 class StatsReply(_message.Message):
     __slots__ = ("model_version", "updates_applied", "pushes_received", "pushes_rejected_non_finite", "workers_dropped", "parameter_count", "parameter_bytes", "hyperparameters", "groups", "mean_apply_seconds", "uptime_seconds")

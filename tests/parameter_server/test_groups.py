@@ -177,3 +177,67 @@ def test_the_layout_version_changes_with_groups_and_members() -> None:
     for t in threads:
         t["thread"].join(5)
     assert threads[0]["result"].layout_version > layout
+
+
+def _push_batch(coordinator: GroupCoordinator, worker: int, step: int, batch: int, value: float = 1.0) -> PushResult:
+    return coordinator.push(worker, step, coordinator.model.version, 1, {"w": np.full(3, value, np.float32)}, batch=batch)
+
+
+def test_each_group_step_reads_the_next_batch_of_one_sequence() -> None:
+    coordinator = _coordinator(num_groups=2)
+    first, second = coordinator.register()[0], coordinator.register()[0]
+    batch_of = {g.group: g.next_batch for g in coordinator.stats().groups}
+    assert sorted(batch_of.values()) == [0, 1]
+    read = list(batch_of.values())
+    for step in range(1, 4):
+        for worker, group in ((first, 0), (second, 1)):
+            result = _push_batch(coordinator, worker, step, batch_of[group])
+            assert result.members_combined == 1
+            batch_of[group] = result.next_batch
+            read.append(result.next_batch)
+    assert sorted(read) == list(range(8)), "every batch handed out once, none skipped"
+
+
+def test_a_member_finishing_a_step_of_the_old_layout_is_applied_on_its_own() -> None:
+    coordinator = _coordinator(num_groups=2)
+    first, second = coordinator.register()[0], coordinator.register()[0]
+    old = {g.group: g.next_batch for g in coordinator.stats().groups}
+    # One group into two: the steps under way (batches 0 and 1) are the old layout's.
+    coordinator.set_groups(1, {first: 0, second: 0})
+    (new,) = [g.next_batch for g in coordinator.stats().groups if g.members]
+    assert new not in old.values()
+    straggler = _push_batch(coordinator, first, 1, old[0])
+    assert (straggler.members_combined, straggler.next_batch) == (1, new)
+    assert coordinator.model.version == 1, "applied at once, without waiting for the group"
+    other = _push_batch(coordinator, second, 1, old[1])
+    assert other.members_combined == 1
+    # Both now read the new layout's batch, as one group step.
+    together = [_push_async_batch(coordinator, w, 2, new) for w in (first, second)]
+    for p in together:
+        p["thread"].join(5)
+    assert {p["result"].members_combined for p in together} == {2}
+    assert coordinator.model.version == 3
+
+
+def _push_async_batch(coordinator: GroupCoordinator, worker: int, step: int, batch: int) -> dict:
+    outcome: dict = {}
+    version = coordinator.model.version
+
+    def run() -> None:
+        outcome["result"] = coordinator.push(worker, step, version, 1, {"w": np.ones(3, np.float32)}, batch=batch)
+
+    outcome["thread"] = threading.Thread(target=run)
+    outcome["thread"].start()
+    return outcome
+
+
+def test_a_restarted_server_hands_out_again_the_batches_not_in_its_checkpoint() -> None:
+    coordinator = _coordinator(num_groups=2)
+    first, _ = coordinator.register()[0], coordinator.register()[0]
+    batch_of = {g.group: g.next_batch for g in coordinator.stats().groups}
+    _push_batch(coordinator, first, 1, batch_of[0])  # batch 0 done; group 1 still reads batch 1
+    state = coordinator.checkpoint_state()
+    restarted = GroupCoordinator(ModelState(Hyperparameters(1.0)), 2, 30.0)
+    restarted.restore(state)
+    restarted.register(first)
+    assert [g.next_batch for g in restarted.stats().groups if g.members] == [1]

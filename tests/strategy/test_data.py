@@ -1,4 +1,5 @@
-"""Every worker's part of the data: together they read each example once per epoch."""
+"""The batches by index and each worker's share: together the workers read each example
+once per pass, however the server hands the batches out."""
 
 import numpy as np
 import pytest
@@ -20,48 +21,64 @@ def _places(groups: list[list[float]]) -> list[GroupPlace]:
     return [GroupPlace.of(w, stats, throughputs.__getitem__) for w in throughputs]
 
 
-def _read(batches: tf.data.Dataset, place: GroupPlace, steps: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    placement = data.DataPlacement()
-    placement.update(place)
-    return [(x.numpy(), y.numpy()) for x, y in data.worker_shard(batches, placement).take(steps)]
-
-
 @pytest.mark.parametrize("groups", [[[1.0]], [[1.0], [1.0], [1.0]], [[1.0, 3.0], [1.0, 1.0]], [[2.0, 1.0, 1.0]]])
-def test_workers_read_each_example_once(groups: list[list[float]]) -> None:
+def test_members_shares_of_the_batches_cover_each_example_once(groups: list[list[float]]) -> None:
     x = np.arange(200, dtype=np.float32)[:, None]
     seen = []
-    for place in _places(groups):
-        # Each worker builds its own pipeline, as each worker process does.
-        batches = data.training_batches(x, np.arange(200), None, 20, shuffle=True, seed=3)
-        steps = len(range(place.group, 10, place.num_groups))
-        for xb, yb in _read(batches, place, steps):
+    places = _places(groups)
+    for index in range(10):
+        # Groups take turns in any order: the server decides; what matters is the index.
+        group = index % len(groups)
+        for place in (p for p in places if p.group == group):
+            # Each worker has its own source, as each worker process does.
+            source = data.ArrayBatches(x, np.arange(200), None, 20, shuffle=True, seed=3)
+            xb, yb = data.share(source.batch(index), place)
             np.testing.assert_array_equal(xb[:, 0], yb)
             assert len(yb) == place.rows_per_member(20)[place.member_index]
             seen.extend(yb.tolist())
     assert sorted(seen) == list(range(200))
 
 
-def test_a_new_place_takes_effect_without_a_new_pipeline() -> None:
-    batches = tf.data.Dataset.range(40).batch(4).repeat()
-    alone, *_ = _places([[1.0]])
-    first_of_two, _ = _places([[1.0, 1.0]])
-    placement = data.DataPlacement()
-    placement.update(alone)
-    stream = iter(data.worker_shard(batches, placement))
-    assert next(stream).numpy().tolist() == [0, 1, 2, 3]
-    placement.update(first_of_two)
-    next(stream)  # the one batch read ahead under the old place
-    assert len(next(stream)) == 2
+def test_every_pass_is_shuffled_anew_and_alike_on_every_worker() -> None:
+    def passes(seed: int) -> list[list[int]]:
+        source = data.ArrayBatches(np.arange(50), None, None, 10, shuffle=True, seed=seed)
+        return [np.concatenate([source.batch(p * 5 + i) for i in range(5)]).tolist() for p in range(3)]
 
-
-def test_workers_agree_on_every_epoch_s_shuffle() -> None:
-    def epochs(seed: int) -> list[list[int]]:
-        batches = data.training_batches(np.arange(50), None, None, 10, shuffle=True, seed=seed)
-        return [np.concatenate(list(batches.as_numpy_iterator())).tolist() for _ in range(3)]
-
-    first, second = epochs(seed=7), epochs(seed=7)
+    first, second = passes(seed=7), passes(seed=7)
     assert first == second
-    assert first[0] != first[1], "each epoch is shuffled anew"
+    assert first[0] != first[1], "each pass is shuffled anew"
+    assert all(sorted(p) == list(range(50)) for p in first)
+
+
+def test_batch_shuffle_keeps_each_batch_whole_and_no_shuffle_keeps_the_order() -> None:
+    by_batch = data.ArrayBatches(np.arange(40), None, None, 10, shuffle="batch", seed=1)
+    batches = [by_batch.batch(i).tolist() for i in range(4)]
+    assert sorted(b[0] for b in batches) == [0, 10, 20, 30]
+    assert all(b == list(range(b[0], b[0] + 10)) for b in batches)
+    ordered = data.ArrayBatches(np.arange(40), None, None, 10, shuffle=False, seed=1)
+    assert ordered.batch(5).tolist() == list(range(10, 20)), "batch 5 is the second of the second pass"
+
+
+def test_a_short_last_batch_of_arrays_is_left_out() -> None:
+    source = data.ArrayBatches(np.arange(25), None, None, 10, shuffle=False, seed=0)
+    assert source.batches_per_pass == 2
+    assert source.batch(2).tolist() == list(range(10)), "the next pass starts after two batches"
+
+
+def test_a_dataset_s_batches_are_its_elements_repeated_and_read_back_from_the_start() -> None:
+    source = data.DatasetBatches(tf.data.Dataset.range(10).batch(4))  # 4, 4, 2 rows
+    assert source.batches_per_pass == 3
+    assert source.batch(4).tolist() == [4, 5, 6, 7]
+    assert source.batch(1).tolist() == [4, 5, 6, 7], "an earlier batch: walked again from the start"
+    counted = data.DatasetBatches(tf.data.Dataset.range(10).filter(lambda v: v < 8).batch(4))
+    assert counted.batches_per_pass == 2, "a dataset of unknown length is counted once"
+    assert data.DatasetBatches(tf.data.Dataset.range(3).repeat().batch(2)).batches_per_pass is None
+
+
+def test_a_batch_shorter_than_the_group_still_gives_each_member_a_row() -> None:
+    first, second, third = _places([[1.0, 1.0, 1.0]])
+    short = np.arange(2)
+    assert [data.share(short, p).tolist() for p in (first, second, third)] == [[0], [1], [1]]
 
 
 def test_a_three_times_faster_member_gets_three_times_the_rows() -> None:
@@ -70,11 +87,17 @@ def test_a_three_times_faster_member_gets_three_times_the_rows() -> None:
     assert fast.stop - fast.start == pytest.approx(3 * (slow.stop - slow.start))
 
 
-def test_batches_too_short_to_share_are_skipped() -> None:
-    dataset = tf.data.Dataset.from_tensor_slices((np.arange(10), np.arange(10))).batch(4)  # 4, 4, 2 rows
-    first, *_ = _places([[1.0, 1.0, 1.0]])
-    assert first.min_batch_size() == 3
-    assert [len(y) for _, y in _read(dataset, first, 10)] == [1, 1]
+def test_the_dataset_asks_for_each_share_only_when_a_step_needs_it() -> None:
+    asked = []
+
+    def shares():
+        for index in range(3):
+            asked.append(index)
+            yield np.full(2, index)
+
+    stream = iter(data.dataset_of(shares, tf.TensorSpec((None,), tf.int64)))
+    assert next(stream).numpy().tolist() == [0, 0]
+    assert asked == [0], "nothing read ahead: the next batch is known only after the reply"
 
 
 def test_validation_split_takes_the_last_rows() -> None:
@@ -85,6 +108,8 @@ def test_validation_split_takes_the_last_rows() -> None:
 
 def test_unsupported_inputs_are_refused() -> None:
     with pytest.raises(TypeError, match="NumPy arrays"):
-        data.training_batches(iter([1, 2]), None, None, 2, False, 0)
+        data.batch_source(iter([1, 2]), None, None, 2, False, 0)
     with pytest.raises(ValueError, match="inside the dataset"):
-        data.training_batches(tf.data.Dataset.range(3), np.zeros(3), None, 2, False, 0)
+        data.batch_source(tf.data.Dataset.range(3), np.zeros(3), None, 2, False, 0)
+    with pytest.raises(ValueError, match="no batch of 8"):
+        data.batch_source(np.zeros(5), None, None, 8, False, 0)

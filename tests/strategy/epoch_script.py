@@ -1,0 +1,74 @@
+"""The training script of the epoch test: every worker records which examples it trained
+on, and in which batch, while the chief regroups the cluster in the middle of an epoch.
+
+Each example's id is its first feature; the worker writes `{batch: [ids]}` to
+`--out/worker-<id>.json`, and the chief adds the epochs it ran and the layouts it saw.
+"""
+
+import argparse
+import json
+import pathlib
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import omnikeras
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--out", required=True)
+parser.add_argument("--epochs", type=int, default=3)
+args = parser.parse_args()
+
+EXAMPLES, BATCH = 600, 20
+strategy = omnikeras.GroupedAsyncStrategy()
+worker = strategy.worker
+read: dict[int, list[int]] = {}
+
+
+class Record(keras.layers.Layer):
+    """Passes its input on; in training, notes the ids of the rows this step reads."""
+
+    def call(self, inputs, training=None):
+        if training:
+            noted = tf.numpy_function(self._note, [inputs[:, 0]], tf.int64, stateful=True)
+            noted.set_shape(())
+            inputs = inputs + tf.cast(0 * noted, inputs.dtype)
+        return inputs
+
+    def _note(self, ids: np.ndarray) -> np.int64:
+        # The batch the step under way reads, as the server handed it out.
+        read.setdefault(worker.reading, []).extend(int(i) for i in ids)
+        return np.int64(0)
+
+
+random = np.random.default_rng(0)
+x = np.stack([np.arange(EXAMPLES), random.normal(size=EXAMPLES)], axis=1).astype("float32")
+y = (x[:, 1] > 0).astype("int64")
+with strategy.scope():
+    model = keras.Sequential([keras.Input((2,)), Record(), keras.layers.Dense(2, activation="softmax")])
+    model.compile(keras.optimizers.SGD(0.1), "sparse_categorical_crossentropy")
+
+
+class Regroup(keras.callbacks.Callback):
+    """After the chief's first step of the second epoch, three groups become two."""
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        self.epoch, self.layouts = 0, []
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        self.epoch = epoch
+        self.layouts.append(worker.place.num_groups)
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        if self.epoch == 1 and batch == 0:
+            worker.client.set_groups(num_groups=2)
+
+
+callbacks = [Regroup()] if worker.config.is_chief else []
+history = model.fit(x, y, batch_size=BATCH, epochs=args.epochs, callbacks=callbacks, verbose=0)
+out = pathlib.Path(args.out)
+summary = {"read": read}
+if worker.config.is_chief:
+    summary.update(epochs=len(history.history["loss"]), layouts=callbacks[0].layouts + [worker.place.num_groups])
+(out / f"worker-{worker.config.worker_id}.json").write_text(json.dumps(summary))
