@@ -1,8 +1,9 @@
 """Checkpoints of the server's state, written atomically into one directory.
 
-Each checkpoint is one `.npz` file (weights, momentum buffers and a JSON header with the
-version, iteration count, hyperparameters (as their proto's JSON) and groups), written to a temporary file and renamed into place,
-so a crash mid-write never leaves a torn checkpoint behind. A server started on the same
+Each checkpoint is one `.npz` file (weights, momentum buffers, the saved snapshots, and a
+JSON header with the version, iteration count, hyperparameters (as their proto's JSON),
+groups and the next batch to hand out), written to a temporary file and renamed into
+place, so a crash mid-write never leaves a torn checkpoint behind. A server started on the same
 directory resumes from the newest one.
 """
 
@@ -14,7 +15,7 @@ import tempfile
 import numpy as np
 from google.protobuf import json_format
 
-from omnikeras.parameter_server.server_state import ServerState
+from omnikeras.parameter_server.server_state import Arrays, ServerState
 from omnikeras.parameter_server.update_rule import Hyperparameters
 from omnikeras.v1 import parameter_server_pb2 as pb
 
@@ -34,18 +35,17 @@ class CheckpointDirectory:
             "version": state.version,
             "iterations": state.iterations,
             "names": names,
-            "with_velocity": [name in state.velocities for name in names],
             "hyperparameters": json_format.MessageToDict(
                 state.hyperparameters.to_proto(), preserving_proto_field_name=True
             ),
             "num_groups": state.num_groups,
             "assignment": {str(w): g for w, g in state.assignment.items()},
             "next_batch": state.next_batch,
+            "snapshots": list(state.snapshots),
         }
-        arrays = {f"w{i}": state.weights[name] for i, name in enumerate(names)}
-        arrays.update(
-            {f"v{i}": state.velocities[name] for i, name in enumerate(names) if name in state.velocities}
-        )
+        arrays = _arrays("", names, (state.weights, state.velocities))
+        for number, snapshot in enumerate(state.snapshots.values()):
+            arrays.update(_arrays(f"s{number}", names, snapshot))
         path = self.directory / f"{_PREFIX}{state.version:012d}{_SUFFIX}"
         fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=_SUFFIX)
         try:
@@ -68,9 +68,10 @@ class CheckpointDirectory:
         with np.load(path) as data:
             header = json.loads(str(data["header"]))
             names = header["names"]
-            weights = {name: data[f"w{i}"] for i, name in enumerate(names)}
-            velocities = {
-                name: data[f"v{i}"] for i, name in enumerate(names) if header["with_velocity"][i]
+            weights, velocities = _read_arrays(data, "", names)
+            snapshots = {
+                name: _read_arrays(data, f"s{number}", names)
+                for number, name in enumerate(header.get("snapshots", []))
             }
         return ServerState(
             weights=weights,
@@ -84,8 +85,22 @@ class CheckpointDirectory:
             num_groups=header["num_groups"],
             assignment={int(w): g for w, g in header["assignment"].items()},
             next_batch=header.get("next_batch", 0),
+            snapshots=snapshots,
         )
 
     def _prune(self) -> None:
         for old in sorted(self.directory.glob(f"{_PREFIX}*{_SUFFIX}"))[: -self.keep]:
             old.unlink(missing_ok=True)
+
+
+def _arrays(prefix: str, names: list[str], arrays: Arrays) -> dict[str, np.ndarray]:
+    weights, velocities = arrays
+    stored = {f"{prefix}w{i}": weights[name] for i, name in enumerate(names)}
+    stored.update({f"{prefix}v{i}": velocities[name] for i, name in enumerate(names) if name in velocities})
+    return stored
+
+
+def _read_arrays(data: "np.lib.npyio.NpzFile", prefix: str, names: list[str]) -> Arrays:
+    weights = {name: data[f"{prefix}w{i}"] for i, name in enumerate(names)}
+    velocities = {name: data[f"{prefix}v{i}"] for i, name in enumerate(names) if f"{prefix}v{i}" in data}
+    return weights, velocities

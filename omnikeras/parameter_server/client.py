@@ -103,6 +103,8 @@ class ParameterServerClient:
         # Per shard: its channel, or None where it stays on gRPC; None until tried.
         self._channels: list[SharedMemoryChannel | None] | None = None
         self._versions = [0] * len(self.shards)
+        # Each shard's server id at this client's registration.
+        self._registered_with = [""] * len(self.shards)
         self._pool = futures.ThreadPoolExecutor(len(self.shards)) if len(self.shards) > 1 else None
 
     # Membership ---------------------------------------------------------------------------
@@ -118,6 +120,7 @@ class ParameterServerClient:
             replies.append(reply)
         self.worker_id = worker_id
         self._versions = [r.model_version for r in replies]
+        self._registered_with = [r.server_id for r in replies]
         self._forget_model()
         return Registration(
             worker_id=worker_id,
@@ -260,6 +263,18 @@ class ParameterServerClient:
         for reply in replies[1:]:
             merged.variables.extend(reply.variables)
         return merged
+
+    def restarted_shards(self) -> list[str]:
+        """Addresses of the shards whose server is not the one this client registered
+        with: they restarted since (and know none of their workers until they register)."""
+        replies = self._each(
+            lambda i, s: s.call(lambda: s.stub.Describe(pb.DescribeRequest(), timeout=30, metadata=s.metadata))
+        )
+        return [
+            shard.address
+            for shard, reply, registered in zip(self.shards, replies, self._registered_with)
+            if reply.server_id != registered
+        ]
 
     # Control ------------------------------------------------------------------------------
 

@@ -20,9 +20,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from omnikeras.parameter_server import parallel
-from omnikeras.parameter_server.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
+from omnikeras.parameter_server.errors import (
+    Aborted,
+    Dropped,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    NotRegistered,
+)
 from omnikeras.parameter_server.model_state import ModelState
-from omnikeras.parameter_server.server_state import ServerState
+from omnikeras.parameter_server.server_state import Arrays, ServerState
 from omnikeras.parameter_server.update_rule import Hyperparameters
 from omnikeras.v1 import parameter_server_pb2 as pb
 
@@ -39,8 +46,9 @@ class PushResult:
     stop_requested: bool = False
     # Changes whenever groups or their members change.
     layout_version: int = 0
-    # The batch the worker's group reads at its next step.
+    # The batch the worker reads at its next step, and the workers that share it.
     next_batch: int = -1
+    next_members: tuple[int, ...] = ()
 
     @classmethod
     def from_proto(cls, reply: pb.PushReply) -> "PushResult":
@@ -51,6 +59,7 @@ class PushResult:
             reply.stop_requested,
             reply.layout_version,
             reply.next_batch,
+            tuple(reply.next_members),
         )
 
     def to_proto(self) -> pb.PushReply:
@@ -61,6 +70,7 @@ class PushResult:
             stop_requested=self.stop_requested,
             layout_version=self.layout_version,
             next_batch=self.next_batch,
+            next_members=self.next_members,
         )
 
 
@@ -92,8 +102,10 @@ class GroupStats:
     members: list[int]
     updates_applied: int
     staleness_histogram: dict[int, int]
-    # The batch the group reads at its current step; -1 for a group without members.
+    # The batch the group reads at its current step, and the workers that share it; -1
+    # for a group without members.
     next_batch: int = -1
+    next_members: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -136,11 +148,11 @@ class GroupCoordinator:
         self._layout_version = 0
         # Gradients computed before this version belong to weights a restore replaced.
         self._restored_at = 0
-        self._snapshots: dict[str, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = {}
-        # Batches handed out so far, and the one each group reads at its current step:
-        # handed out as a group first needs it, so none goes unread.
+        self._snapshots: dict[str, Arrays] = {}
+        # Batches handed out so far, and the one each group reads at its current step,
+        # with the members that share it.
         self._batches_handed_out = 0
-        self._batch_of_group: dict[int, int] = {}
+        self._batch_of_group: dict[int, tuple[int, tuple[int, ...]]] = {}
         # The checkpoint's version when the server resumed from one; -1 otherwise.
         self.resumed_from_version = -1
 
@@ -165,6 +177,11 @@ class GroupCoordinator:
             self._workers[worker_id] = _Worker(group=group, host=host)
             self._assignment[worker_id] = group
             self._dropped.discard(worker_id)
+            if group in self._batch_of_group and group not in self._pending:
+                # No member has pushed for the group's batch yet (as training starts, none
+                # has read it either): the newcomer shares it.
+                batch, _ = self._batch_of_group[group]
+                self._batch_of_group[group] = (batch, tuple(sorted(self._members(group))))
             self._layout_version += 1
             return worker_id, group
 
@@ -207,7 +224,8 @@ class GroupCoordinator:
                 self._workers[worker_id].group = group
             self._assignment.update({w: worker.group for w, worker in self._workers.items()})
             # The steps under way belong to the old layout: their members finish them as
-            # steps of their own, and the new groups read new batches.
+            # steps of their own, and the new groups read new batches, handed out as each
+            # first needs one.
             self._batch_of_group.clear()
             self._layout_version += 1
             return num_groups, {w: worker.group for w, worker in self._workers.items()}, flushed
@@ -304,9 +322,11 @@ class GroupCoordinator:
             group = worker.group
             contribution = _Contribution(gradients, example_count, computed_at)
             worker.last_step = step
-            if batch is not None and batch != self._batch_of_group.get(group):
+            if batch is not None and batch != self._batch(group)[0]:
                 alone = _GroupStep(deadline=0.0, contributions={worker_id: contribution})
-                return self._reply(self._apply(group, alone), group)
+                self._apply(group, alone)
+                worker.last_result = self._next(alone.result, group)
+                return self._reply(worker.last_result, group)
             pending = self._pending.get(group)
             if pending is None:
                 pending = self._pending[group] = _GroupStep(time.monotonic() + self.group_timeout)
@@ -316,17 +336,19 @@ class GroupCoordinator:
             return self._reply(self._wait(pending, group, caller_gone), group)
 
     def _reply(self, result: PushResult, group: int) -> PushResult:
-        return dataclasses.replace(
-            result,
-            stop_requested=self._stop_requested,
-            layout_version=self._layout_version,
-            next_batch=self._batch(group),
-        )
+        return dataclasses.replace(result, stop_requested=self._stop_requested, layout_version=self._layout_version)
 
-    def _batch(self, group: int) -> int:
-        """The batch `group` reads at its current step, handed out now if it has none."""
+    def _next(self, result: PushResult | None, group: int) -> PushResult:
+        """`result` naming the batch `group` reads next."""
+        assert result is not None
+        batch, members = self._batch(group)
+        return dataclasses.replace(result, next_batch=batch, next_members=members)
+
+    def _batch(self, group: int) -> tuple[int, tuple[int, ...]]:
+        """The batch `group` reads at its current step and the members that share it,
+        handed out now if it has none."""
         if group not in self._batch_of_group:
-            self._batch_of_group[group] = self._batches_handed_out
+            self._batch_of_group[group] = (self._batches_handed_out, tuple(sorted(self._members(group))))
             self._batches_handed_out += 1
         return self._batch_of_group[group]
 
@@ -357,9 +379,15 @@ class GroupCoordinator:
         return pending.result
 
     def _complete(self, group: int) -> None:
-        """Applies the group's step; its next step reads the next batch."""
+        """Applies the group's step, and hands out the batch of its next: every member
+        of this step reads that one next, whatever the layout by then."""
+        step = self._pending.pop(group)
+        self._apply(group, step)
         self._batch_of_group.pop(group, None)
-        self._apply(group, self._pending.pop(group))
+        step.result = self._next(step.result, group)
+        for worker_id in step.contributions:
+            if worker_id in self._workers:
+                self._workers[worker_id].last_result = step.result
 
     def _apply(self, group: int, step: _GroupStep) -> PushResult:
         contributions = list(step.contributions.values())
@@ -405,11 +433,11 @@ class GroupCoordinator:
         if worker is not None:
             return worker
         if worker_id in self._dropped:
-            raise FailedPrecondition(
+            raise Dropped(
                 f"worker {worker_id} was dropped from its group after missing the group "
                 "deadline; register again"
             )
-        raise NotFound(f"unknown worker {worker_id}: register first")
+        raise NotRegistered(f"unknown worker {worker_id}: register first")
 
     # Snapshots ----------------------------------------------------------------------------
 
@@ -454,11 +482,17 @@ class GroupCoordinator:
                         members=sorted(self._members(g)),
                         updates_applied=self._updates[g],
                         staleness_histogram=dict(self._staleness[g]),
-                        next_batch=self._batch(g) if g in occupied else -1,
+                        **self._batch_stats(g, occupied),
                     )
                     for g in range(self.num_groups)
                 ],
             )
+
+    def _batch_stats(self, group: int, occupied: set[int]) -> dict:
+        if group not in occupied:
+            return {}
+        batch, members = self._batch(group)
+        return {"next_batch": batch, "next_members": members}
 
     def checkpoint_state(self) -> ServerState:
         """A consistent copy of everything a restarted server needs."""
@@ -474,7 +508,9 @@ class GroupCoordinator:
                 assignment=dict(self._assignment),
                 # From the first batch whose step is not in the checkpoint: a restarted
                 # server hands out again what may not have been used.
-                next_batch=min(self._batch_of_group.values(), default=self._batches_handed_out),
+                next_batch=min((b for b, _ in self._batch_of_group.values()), default=self._batches_handed_out),
+                # Never changed once saved: shared, not copied.
+                snapshots=dict(self._snapshots),
             )
 
     def restore(self, state: ServerState) -> None:
@@ -488,6 +524,7 @@ class GroupCoordinator:
             self._next_worker_id = max(self._assignment, default=0) + 1
             self._batches_handed_out = state.next_batch
             self._batch_of_group.clear()
+            self._snapshots = dict(state.snapshots)
             self._cond.notify_all()
 
 

@@ -1,8 +1,11 @@
 """Everything a restarted server needs to carry on where it stopped."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+
+# Weights and momentum buffers, by variable name.
+Arrays = tuple[dict[str, np.ndarray], dict[str, np.ndarray]]
 
 from omnikeras.parameter_server.update_rule import Hyperparameters
 
@@ -20,3 +23,5 @@ class ServerState:
     assignment: dict[int, int]
     # The first batch to hand out.
     next_batch: int = 0
+    # The snapshots saved by name (a tuner's), so that a restarted server can restore them.
+    snapshots: dict[str, Arrays] = field(default_factory=dict)

@@ -15,6 +15,7 @@ from omnikeras.parameter_server import tensors
 from omnikeras.parameter_server.errors import (
     FailedPrecondition,
     InvalidArgument,
+    REFUSAL_KEY,
     NonFinite,
     ParameterServerError,
 )
@@ -41,7 +42,7 @@ def _status_on_error(method: _Handler) -> _Handler:
                 return _abort_on_error(result, context)
             return result
         except ParameterServerError as error:
-            context.abort(error.code, str(error))
+            _abort(context, error)
 
     return wrapper  # type: ignore[return-value]
 
@@ -50,7 +51,13 @@ def _abort_on_error(replies: Iterator, context: grpc.ServicerContext) -> Iterato
     try:
         yield from replies
     except ParameterServerError as error:
-        context.abort(error.code, str(error))
+        _abort(context, error)
+
+
+def _abort(context: grpc.ServicerContext, error: ParameterServerError) -> None:
+    if error.refusal:
+        context.set_trailing_metadata(((REFUSAL_KEY, str(int(error.refusal))),))
+    context.abort(error.code, str(error))
 
 
 class ParameterServerServicer(pb_grpc.ParameterServerServicer):
@@ -79,6 +86,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
             model_version=model.version,
             model_initialized=model.initialized,
             hyperparameters=self.coordinator.hyperparameters().to_proto(),
+            server_id=self.server_id,
         )
 
     @_status_on_error
@@ -169,6 +177,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
                     updates_applied=g.updates_applied,
                     staleness_histogram=g.staleness_histogram,
                     next_batch=g.next_batch,
+                    next_members=g.next_members,
                 )
                 for g in stats.groups
             ],

@@ -105,10 +105,14 @@ class StatusError(grpc.RpcError):
     """A call over the exchange that ended with a status other than OK, shaped like the
     error the same call raises over gRPC, so that callers handle both alike."""
 
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+    def __init__(
+        self, code: grpc.StatusCode, details: str, refusal: "pb.Refusal.ValueType" = pb.REFUSAL_UNSPECIFIED
+    ) -> None:
         super().__init__(f"{code.name}: {details}")
         self._code = code
         self._details = details
+        # Read by `errors.refusal_of`, as the trailing metadata of a gRPC error.
+        self.refusal = refusal
 
     def code(self) -> grpc.StatusCode:
         return self._code
@@ -118,7 +122,7 @@ class StatusError(grpc.RpcError):
 
     @classmethod
     def of(cls, reply: pb.SharedMemoryReply) -> "StatusError":
-        return cls(_STATUS_CODES.get(reply.code, grpc.StatusCode.UNKNOWN), reply.message)
+        return cls(_STATUS_CODES.get(reply.code, grpc.StatusCode.UNKNOWN), reply.message, reply.refusal)
 
 
 _STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}

@@ -160,4 +160,4 @@ class SharedMemoryServer:
 
 
 def _status_reply(error: ParameterServerError) -> pb.SharedMemoryReply:
-    return pb.SharedMemoryReply(code=error.code.value[0], message=str(error))
+    return pb.SharedMemoryReply(code=error.code.value[0], message=str(error), refusal=error.refusal)

@@ -48,13 +48,25 @@ class GroupPlace:
         mine = next((g for g in groups if worker_id in g.members), None)
         if mine is None:
             raise RuntimeError(f"worker {worker_id} is in no group: it was dropped or never joined")
-        members = tuple(sorted(mine.members))
+        return cls.among(worker_id, mine.members, throughput_of, mine.group, len(groups))
+
+    @classmethod
+    def among(
+        cls,
+        worker_id: int,
+        members: Sequence[int],
+        throughput_of: Callable[[int], float],
+        group: int,
+        num_groups: int,
+    ) -> "GroupPlace":
+        """The place of `worker_id` among the `members` that share a batch."""
+        members = tuple(sorted(members))
         throughputs = np.array([throughput_of(m) for m in members])
         boundaries = np.concatenate([[0.0], np.cumsum(throughputs) / throughputs.sum()])
         boundaries[-1] = 1.0
         return cls(
-            group=mine.group,
-            num_groups=len(groups),
+            group=group,
+            num_groups=num_groups,
             members=members,
             boundaries=tuple(float(b) for b in boundaries),
             member_index=members.index(worker_id),

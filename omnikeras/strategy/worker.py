@@ -11,12 +11,15 @@ from typing import Any
 import grpc
 import keras
 import numpy as np
+import tensorflow as tf
 
 from omnikeras.config import WorkerConfig
 from omnikeras.parameter_server import Hyperparameters, ParameterServerClient, PushResult
+from omnikeras.parameter_server.errors import refusal_of
 from omnikeras.strategy import data
 from omnikeras.strategy.place import GroupPlace
 from omnikeras.strategy.update_rule import model_statistics, server_update_rule
+from omnikeras.v1 import parameter_server_pb2 as pb
 
 logger = logging.getLogger(__name__)
 
@@ -40,11 +43,17 @@ class ClusterWorker:
         # handed it out; and the one the step under way read.
         self.source: data.BatchSource | None = None
         self.next_batch = 0
+        self._next_members: tuple[int, ...] = ()
         self.reading: int | None = None
+        self._gate = data.ReplyGate()
+        # The dataset of `read_from`.
+        self.shares: Any = None
         # Epochs end where a pass over the data ends, unless `fit` was given its steps.
         self._epochs_by_pass = True
         self.batch_size = 32
+        # Rows of the step under way's share, and of the share read last (read ahead).
         self.example_count = 1
+        self._rows_read = 1
         self.step = 0
         # What the server holds: the trainable variables, then the statistics.
         self.names: list[str] = []
@@ -75,7 +84,20 @@ class ClusterWorker:
         With `epochs_by_pass`, each epoch ends where a pass over the data ends."""
         self.source = source
         self._epochs_by_pass = epochs_by_pass and source.batches_per_pass is not None
-        return data.dataset_of(self._shares, source.element_spec)
+        self._gate.open()
+        self.shares = data.dataset_of(self._shares, source.element_spec)
+        return self.shares
+
+    def sample_share(self) -> Any:
+        """A share like those of `read_from`'s dataset, read outside it, for Keras to
+        build the model with."""
+        assert self.source is not None and self.place is not None
+        share = data.share(self.source.batch(self.next_batch), self._place_in_next_batch())
+        return tf.nest.map_structure(tf.convert_to_tensor, share)
+
+    def stop_reading(self) -> None:
+        """Ends the dataset of `read_from`: `fit` is over."""
+        self._gate.close()
 
     @property
     def steps_per_epoch(self) -> int | None:
@@ -87,10 +109,31 @@ class ClusterWorker:
     def _shares(self) -> Iterator[Any]:
         assert self.source is not None and self.place is not None
         per_pass = self.source.batches_per_pass
-        epoch = self.next_batch // per_pass if per_pass else 0
-        while not (self._epochs_by_pass and per_pass and self.next_batch // per_pass > epoch):
+        epoch = None
+        round_ = self._gate.start()
+        while self._gate.wait(round_, self.client.timeout):
+            if per_pass and self._epochs_by_pass:
+                if epoch is None:
+                    epoch = self.next_batch // per_pass
+                elif self.next_batch // per_pass > epoch:
+                    return
             self.reading = self.next_batch
-            yield data.share(self.source.batch(self.next_batch), self.place)
+            share = data.share(self.source.batch(self.next_batch), self._place_in_next_batch())
+            self._rows_read = len(tf.nest.flatten(share)[0])
+            self._gate.handed_out()
+            yield share
+
+    def _place_in_next_batch(self) -> GroupPlace:
+        """This worker's place among the members that share the next batch: they were its
+        group when the server handed the batch out, which a regrouping since then does not
+        change. (A worker that came back after the batch was handed out shares it as a
+        member of its group now.)"""
+        assert self.place is not None
+        if self.config.worker_id not in self._next_members:
+            return self.place
+        return GroupPlace.among(
+            self.config.worker_id, self._next_members, self.config.throughput_of, self.place.group, self.place.num_groups
+        )
 
     def probe(self, count: int) -> tuple[Any, Any, Any]:
         """The first `count` examples of the training data: the same batch every time."""
@@ -113,7 +156,7 @@ class ClusterWorker:
         if self.config.rejoining and self._chief_left():
             logger.warning("worker %d: training ended before it came back; it stops", self.config.worker_id)
             self._training_over = True
-        return self._take_place()
+        return self._take_place(with_next_batch=True)
 
     def start(self, model: keras.Model) -> None:
         """Gives every worker the same first weights: the chief's, or the server's if it
@@ -172,11 +215,14 @@ class ClusterWorker:
         except Exception as error:
             self.failure = error
             raise
+        finally:
+            self._gate.replied()
 
     def _push_pull(self, names: Sequence[str], gradients: Sequence[np.ndarray]) -> list[np.ndarray]:
         if self._training_over:
             return self._pull_current(names)
         self.step += 1
+        self.example_count = self._rows_read
         pushed = dict(zip(names, gradients))
         for name, pulled_value in self._pulled_statistics.items():
             pushed[name] = pushed[name] - pulled_value
@@ -193,16 +239,17 @@ class ClusterWorker:
             if error.code() == grpc.StatusCode.ABORTED:
                 # The weights were restored under this gradient (a tuning trial began):
                 # the group may read another batch now.
-                self._take_place()
+                self._take_place(with_next_batch=True)
                 return self._pull_current(names)
-            if _dropped(error) or _unknown(error):
-                return self._rejoin(names, error.details() or "", server_restarted=_unknown(error))
-            if error.code() != grpc.StatusCode.INVALID_ARGUMENT or "NaN or Inf" not in (error.details() or ""):
+            refusal = refusal_of(error)
+            if refusal in (pb.DROPPED, pb.NOT_REGISTERED):
+                return self._rejoin(names, error.details() or "")
+            if refusal != pb.NON_FINITE:
                 raise
             return self._skip_step(names)
         self.rejected_steps = 0
         self.last_push = result
-        self.next_batch = result.next_batch
+        self.next_batch, self._next_members = result.next_batch, result.next_members
         if result.layout_version != self._layout_version:
             self._layout_version = result.layout_version
             self._take_place()
@@ -230,12 +277,13 @@ class ClusterWorker:
             )
         return self._pull_current(names)
 
-    def _rejoin(self, names: Sequence[str], reason: str, server_restarted: bool) -> list[np.ndarray]:
+    def _rejoin(self, names: Sequence[str], reason: str) -> list[np.ndarray]:
         """The server no longer counts this worker (it missed its group's deadline, or
         the server restarted and never knew it): register again under the same id, in
         the same group, and carry on from the newest weights. This step's gradient,
         computed on weights the server no longer has, is dropped."""
         seen = self.last_push.model_version if self.last_push is not None else 0
+        server_restarted = bool(self.client.restarted_shards())
         self.client.register(worker_id=self.config.worker_id)
         pulled = self.client.pull(wait_for_model=self.config.startup_timeout)
         logger.warning(
@@ -254,7 +302,7 @@ class ClusterWorker:
             # Training ended while this worker was away: it stops, pushing nothing more.
             logger.warning("worker %d: training ended while it was away; it stops", self.config.worker_id)
             self._training_over = True
-        self._take_place()
+        self._take_place(with_next_batch=True)
         return self._weights_of(names, pulled.weights)
 
     def _chief_left(self) -> bool:
@@ -266,7 +314,9 @@ class ClusterWorker:
     def _pull_current(self, names: Sequence[str]) -> list[np.ndarray]:
         return self._weights_of(names, self.client.pull().weights)
 
-    def _take_place(self) -> GroupPlace:
+    def _take_place(self, with_next_batch: bool = False) -> GroupPlace:
+        """Looks up this worker's group and, `with_next_batch`, the batch it reads next
+        (which a push's reply names otherwise)."""
         groups = self.client.stats()[0].groups
         place = GroupPlace.of(self.config.worker_id, groups, self.config.throughput_of)
         if place.min_batch_size() > self.batch_size:
@@ -281,8 +331,9 @@ class ClusterWorker:
                 100 * (place.stop - place.start),
             )
         self.place = place
-        self.next_batch = next(g.next_batch for g in groups if g.group == place.group)
-        self.example_count = int(place.rows_per_member(self.batch_size)[place.member_index])
+        if with_next_batch:
+            mine = next(g for g in groups if g.group == place.group)
+            self.next_batch, self._next_members = mine.next_batch, tuple(mine.next_members)
         return place
 
     def _workers_joined(self) -> int:
@@ -295,6 +346,8 @@ class ClusterWorker:
 
         The chief ends training for everyone: the others stop at their next step.
         """
+        # Before Keras drops its iterator, whose reader may wait for a step that never comes.
+        self.stop_reading()
         if self.config.is_chief:
             self.client.request_stop()
         self.client.deregister()
@@ -314,13 +367,3 @@ class ClusterWorker:
             variable.assign(weights[variable.path])
         self._remember_statistics(weights)
 
-
-
-def _dropped(error: grpc.RpcError) -> bool:
-    """The server dropped this worker from its group: it missed the group's deadline."""
-    return error.code() == grpc.StatusCode.FAILED_PRECONDITION and "dropped" in (error.details() or "")
-
-
-def _unknown(error: grpc.RpcError) -> bool:
-    """The server never knew this worker: it restarted since the worker registered."""
-    return error.code() == grpc.StatusCode.NOT_FOUND and "unknown worker" in (error.details() or "")

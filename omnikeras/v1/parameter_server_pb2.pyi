@@ -1,10 +1,22 @@
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class Refusal(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    REFUSAL_UNSPECIFIED: _ClassVar[Refusal]
+    NOT_REGISTERED: _ClassVar[Refusal]
+    DROPPED: _ClassVar[Refusal]
+    NON_FINITE: _ClassVar[Refusal]
+REFUSAL_UNSPECIFIED: Refusal
+NOT_REGISTERED: Refusal
+DROPPED: Refusal
+NON_FINITE: Refusal
 
 class VariableSpec(_message.Message):
     __slots__ = ("name", "dtype", "shape")
@@ -63,20 +75,22 @@ class RegisterRequest(_message.Message):
     def __init__(self, worker_id: _Optional[int] = ..., group: _Optional[int] = ..., host: _Optional[str] = ...) -> None: ...
 
 class RegisterReply(_message.Message):
-    __slots__ = ("worker_id", "group", "num_groups", "model_version", "model_initialized", "hyperparameters")
+    __slots__ = ("worker_id", "group", "num_groups", "model_version", "model_initialized", "hyperparameters", "server_id")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     NUM_GROUPS_FIELD_NUMBER: _ClassVar[int]
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     MODEL_INITIALIZED_FIELD_NUMBER: _ClassVar[int]
     HYPERPARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    SERVER_ID_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     group: int
     num_groups: int
     model_version: int
     model_initialized: bool
     hyperparameters: Hyperparameters
-    def __init__(self, worker_id: _Optional[int] = ..., group: _Optional[int] = ..., num_groups: _Optional[int] = ..., model_version: _Optional[int] = ..., model_initialized: _Optional[bool] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ...) -> None: ...
+    server_id: str
+    def __init__(self, worker_id: _Optional[int] = ..., group: _Optional[int] = ..., num_groups: _Optional[int] = ..., model_version: _Optional[int] = ..., model_initialized: _Optional[bool] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., server_id: _Optional[str] = ...) -> None: ...
 
 class DeregisterRequest(_message.Message):
     __slots__ = ("worker_id",)
@@ -127,20 +141,22 @@ class PushRequest(_message.Message):
     def __init__(self, header: _Optional[_Union[PushHeader, _Mapping]] = ..., chunk: _Optional[_Union[TensorChunk, _Mapping]] = ...) -> None: ...
 
 class PushReply(_message.Message):
-    __slots__ = ("model_version", "group", "group_members_combined", "stop_requested", "layout_version", "next_batch")
+    __slots__ = ("model_version", "group", "group_members_combined", "stop_requested", "layout_version", "next_batch", "next_members")
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     GROUP_MEMBERS_COMBINED_FIELD_NUMBER: _ClassVar[int]
     STOP_REQUESTED_FIELD_NUMBER: _ClassVar[int]
     LAYOUT_VERSION_FIELD_NUMBER: _ClassVar[int]
     NEXT_BATCH_FIELD_NUMBER: _ClassVar[int]
+    NEXT_MEMBERS_FIELD_NUMBER: _ClassVar[int]
     model_version: int
     group: int
     group_members_combined: int
     stop_requested: bool
     layout_version: int
     next_batch: int
-    def __init__(self, model_version: _Optional[int] = ..., group: _Optional[int] = ..., group_members_combined: _Optional[int] = ..., stop_requested: _Optional[bool] = ..., layout_version: _Optional[int] = ..., next_batch: _Optional[int] = ...) -> None: ...
+    next_members: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, model_version: _Optional[int] = ..., group: _Optional[int] = ..., group_members_combined: _Optional[int] = ..., stop_requested: _Optional[bool] = ..., layout_version: _Optional[int] = ..., next_batch: _Optional[int] = ..., next_members: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class PullRequest(_message.Message):
     __slots__ = ("newer_than", "wait_for_model_seconds")
@@ -241,7 +257,7 @@ class StatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GroupStats(_message.Message):
-    __slots__ = ("group", "members", "updates_applied", "staleness_histogram", "next_batch")
+    __slots__ = ("group", "members", "updates_applied", "staleness_histogram", "next_batch", "next_members")
     class StalenessHistogramEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -254,12 +270,14 @@ class GroupStats(_message.Message):
     UPDATES_APPLIED_FIELD_NUMBER: _ClassVar[int]
     STALENESS_HISTOGRAM_FIELD_NUMBER: _ClassVar[int]
     NEXT_BATCH_FIELD_NUMBER: _ClassVar[int]
+    NEXT_MEMBERS_FIELD_NUMBER: _ClassVar[int]
     group: int
     members: _containers.RepeatedScalarFieldContainer[int]
     updates_applied: int
     staleness_histogram: _containers.ScalarMap[int, int]
     next_batch: int
-    def __init__(self, group: _Optional[int] = ..., members: _Optional[_Iterable[int]] = ..., updates_applied: _Optional[int] = ..., staleness_histogram: _Optional[_Mapping[int, int]] = ..., next_batch: _Optional[int] = ...) -> None: ...
+    next_members: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, group: _Optional[int] = ..., members: _Optional[_Iterable[int]] = ..., updates_applied: _Optional[int] = ..., staleness_histogram: _Optional[_Mapping[int, int]] = ..., next_batch: _Optional[int] = ..., next_members: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class StatsReply(_message.Message):
     __slots__ = ("model_version", "updates_applied", "pushes_received", "pushes_rejected_non_finite", "workers_dropped", "parameter_count", "parameter_bytes", "hyperparameters", "groups", "mean_apply_seconds", "uptime_seconds")
@@ -332,13 +350,15 @@ class SharedMemoryHello(_message.Message):
     def __init__(self, worker_id: _Optional[int] = ..., token: _Optional[str] = ..., server_id: _Optional[str] = ..., layout_digest: _Optional[bytes] = ...) -> None: ...
 
 class SharedMemoryReply(_message.Message):
-    __slots__ = ("push", "model_version", "code", "message")
+    __slots__ = ("push", "model_version", "code", "message", "refusal")
     PUSH_FIELD_NUMBER: _ClassVar[int]
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    REFUSAL_FIELD_NUMBER: _ClassVar[int]
     push: PushReply
     model_version: int
     code: int
     message: str
-    def __init__(self, push: _Optional[_Union[PushReply, _Mapping]] = ..., model_version: _Optional[int] = ..., code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+    refusal: Refusal
+    def __init__(self, push: _Optional[_Union[PushReply, _Mapping]] = ..., model_version: _Optional[int] = ..., code: _Optional[int] = ..., message: _Optional[str] = ..., refusal: _Optional[_Union[Refusal, str]] = ...) -> None: ...

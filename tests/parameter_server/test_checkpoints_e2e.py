@@ -34,7 +34,10 @@ def test_kill_and_restart_continues_with_identical_weights(start_server, tmp_pat
     client = ParameterServerClient([server.address])
     worker = client.register()
     client.init_model(WEIGHTS, hyperparameters)
-    _train(client, range(1, 6))
+    _train(client, range(1, 4))
+    client.save_snapshot("trial")
+    at_snapshot = client.pull().weights
+    _train(client, range(4, 6))
     (path,) = client.checkpoint()
     assert path.startswith(str(tmp_path))
     server.kill()
@@ -53,6 +56,11 @@ def test_kill_and_restart_continues_with_identical_weights(start_server, tmp_pat
     assert final.model_version == reference_final.model_version == 10
     for name in WEIGHTS:
         np.testing.assert_array_equal(final.weights[name], reference_final.weights[name])
+    # A snapshot saved before the checkpoint (a tuner's) is still there to restore.
+    client.restore_snapshot("trial")
+    restored = client.pull().weights
+    for name in WEIGHTS:
+        np.testing.assert_array_equal(restored[name], at_snapshot[name])
     reference.stop()
 
 

@@ -241,3 +241,19 @@ def test_a_restarted_server_hands_out_again_the_batches_not_in_its_checkpoint() 
     restarted.restore(state)
     restarted.register(first)
     assert [g.next_batch for g in restarted.stats().groups if g.members] == [1]
+
+
+def test_every_member_of_a_step_is_told_the_same_next_batch_whatever_follows() -> None:
+    coordinator = _coordinator(num_groups=1)
+    first, second = coordinator.register()[0], coordinator.register()[0]
+    (batch,) = [g.next_batch for g in coordinator.stats().groups]
+    pending = [_push_async_batch(coordinator, w, 1, batch) for w in (first, second)]
+    for p in pending:
+        p["thread"].join(5)
+    # A regrouping right after the step does not change what its members read next.
+    coordinator.set_groups(2, {first: 0, second: 1})
+    told = {(p["result"].next_batch, p["result"].next_members) for p in pending}
+    assert told == {(batch + 1, (first, second))}
+    # They read it as the old layout's step: each share on its own.
+    assert _push_batch(coordinator, first, 2, batch + 1).members_combined == 1
+    assert _push_batch(coordinator, second, 2, batch + 1).members_combined == 1

@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 
 from omnikeras import Hyperparameters, ParameterServer, ParameterServerClient
+from omnikeras.parameter_server.errors import refusal_of
 from omnikeras.parameter_server.shared_memory import StatusError
 from omnikeras.parameter_server.shared_memory_client import SharedMemoryChannel
 from omnikeras.parameter_server.tensors import VariableSpec
+from omnikeras.v1 import parameter_server_pb2 as pb
 
 WEIGHTS = {"kernel": np.linspace(-1, 1, 600, dtype=np.float32).reshape(20, 30), "bias": np.zeros(30, np.float32)}
 HYPERPARAMETERS = Hyperparameters(0.05, momentum=0.9, nesterov=True)
@@ -103,6 +105,7 @@ def test_bad_gradients_are_refused_and_change_nothing(start_server, gradients, c
     assert client.shared_memory_shards == [server.address]
     assert raised.value.code() == code
     assert message in raised.value.details()
+    assert refusal_of(raised.value) == (pb.NON_FINITE if "NaN" in message else pb.REFUSAL_UNSPECIFIED)
     pulled = client.pull()
     assert pulled.model_version == 0
     np.testing.assert_array_equal(pulled.weights["kernel"], WEIGHTS["kernel"])
