@@ -33,6 +33,10 @@ class Aborted(ParameterServerError):
     code = grpc.StatusCode.ABORTED
 
 
+class ResourceExhausted(ParameterServerError):
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
 class NotRegistered(NotFound):
     refusal = pb.NOT_REGISTERED
 
@@ -47,7 +51,13 @@ class NonFinite(InvalidArgument):
     refusal = pb.NON_FINITE
 
     def __init__(self, what: str, name: str) -> None:
-        super().__init__(f"{what} {name!r} holds NaN or Inf values; rejected")
+        super().__init__(f"{what} {shown(name)} holds NaN or Inf values; rejected")
+
+
+def shown(name: str) -> str:
+    """A name a caller sent, as an error message or a log line quotes it: escaped, and
+    cut short, so that it neither forges lines nor swells the message."""
+    return repr(name if len(name) <= 80 else name[:80] + "...")
 
 
 def refusal_of(error: grpc.RpcError) -> "pb.Refusal.ValueType":

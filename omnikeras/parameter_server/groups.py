@@ -27,6 +27,8 @@ from omnikeras.parameter_server.errors import (
     InvalidArgument,
     NotFound,
     NotRegistered,
+    ResourceExhausted,
+    shown,
 )
 from omnikeras.parameter_server.model_state import ModelState
 from omnikeras.parameter_server.server_state import Arrays, ServerState
@@ -35,6 +37,11 @@ from omnikeras.v1 import parameter_server_pb2 as pb
 
 # How often a waiting push wakes up to see whether its caller went away.
 _POLL_SECONDS = 0.5
+# Bounds on what a caller may make the server hold. Worker ids stay far from int64's
+# limit, so that every id the server hands out fits its replies.
+MAX_WORKER_ID = 2**31 - 1
+MAX_GROUPS = 1024
+MAX_SNAPSHOTS = 16
 
 
 @dataclass(frozen=True)
@@ -122,8 +129,7 @@ class GroupCoordinator:
     """Owns the model state and the group membership; every method is thread-safe."""
 
     def __init__(self, model: ModelState, num_groups: int = 1, group_timeout: float = 60.0) -> None:
-        if num_groups < 1:
-            raise InvalidArgument(f"num_groups must be at least 1, got {num_groups}")
+        _check_groups(num_groups)
         if group_timeout <= 0:
             raise InvalidArgument(f"group_timeout must be positive, got {group_timeout}")
         self.model = model
@@ -160,8 +166,10 @@ class GroupCoordinator:
 
     def register(self, worker_id: int = 0, group: int = -1, host: str = "") -> tuple[int, int]:
         with self._cond:
-            if worker_id < 0:
-                raise InvalidArgument(f"worker_id must be positive or 0, got {worker_id}")
+            if not 0 <= worker_id <= MAX_WORKER_ID:
+                raise InvalidArgument(f"worker_id must lie in [0, {MAX_WORKER_ID}], got {worker_id}")
+            if worker_id == 0 and self._next_worker_id > MAX_WORKER_ID:
+                raise ResourceExhausted("every worker id has been handed out")
             if group >= self.num_groups or group < -1:
                 raise InvalidArgument(f"group {group} is not in [0, {self.num_groups})")
             if worker_id == 0:
@@ -204,8 +212,7 @@ class GroupCoordinator:
         """
         with self._cond:
             num_groups = num_groups or self.num_groups
-            if num_groups < 1:
-                raise InvalidArgument(f"num_groups must be at least 1, got {num_groups}")
+            _check_groups(num_groups)
             for worker_id, group in assignment.items():
                 self._worker(worker_id)
                 if not 0 <= group < num_groups:
@@ -304,6 +311,8 @@ class GroupCoordinator:
         """
         if example_count <= 0:
             raise InvalidArgument(f"example_count must be positive, got {example_count}")
+        if step < 0:
+            raise InvalidArgument(f"step must be 0 or positive, got {step}")
         with self._cond:
             worker = self._worker(worker_id)
             self.model.require_initialized()
@@ -444,6 +453,13 @@ class GroupCoordinator:
     def save_snapshot(self, name: str) -> int:
         with self._cond:
             self.model.require_initialized()
+            if not 0 < len(name) <= 128:
+                raise InvalidArgument("a snapshot's name has 1 to 128 characters")
+            if name not in self._snapshots and len(self._snapshots) >= MAX_SNAPSHOTS:
+                raise ResourceExhausted(
+                    f"the server keeps {MAX_SNAPSHOTS} snapshots at most: save under a name in use "
+                    f"({sorted(self._snapshots)})"
+                )
             self._snapshots[name] = self.model.snapshot()
             return self.model.version
 
@@ -451,7 +467,7 @@ class GroupCoordinator:
         """Puts a snapshot back between group steps; partial steps are applied first."""
         with self._cond:
             if name not in self._snapshots:
-                raise NotFound(f"no snapshot named {name!r}; saved: {sorted(self._snapshots)}")
+                raise NotFound(f"no snapshot named {shown(name)}; saved: {sorted(self._snapshots)}")
             for group in list(self._pending):
                 self._complete(group)
             weights, velocities = self._snapshots[name]
@@ -526,6 +542,11 @@ class GroupCoordinator:
             self._batch_of_group.clear()
             self._snapshots = dict(state.snapshots)
             self._cond.notify_all()
+
+
+def _check_groups(num_groups: int) -> None:
+    if not 1 <= num_groups <= MAX_GROUPS:
+        raise InvalidArgument(f"num_groups must lie in [1, {MAX_GROUPS}], got {num_groups}")
 
 
 def _weighted_mean(contributions: list[_Contribution]) -> dict[str, np.ndarray]:

@@ -18,6 +18,7 @@ from omnikeras.parameter_server.errors import (
     REFUSAL_KEY,
     NonFinite,
     ParameterServerError,
+    shown,
 )
 from omnikeras.parameter_server.groups import GroupCoordinator, PushResult
 from omnikeras.parameter_server.update_rule import Hyperparameters
@@ -28,6 +29,8 @@ logger = logging.getLogger(__name__)
 
 _Handler = TypeVar("_Handler", bound=Callable)
 _SERVICE = pb.DESCRIPTOR.services_by_name["ParameterServer"]
+# The longest a pull may wait for the model: every wait has a deadline.
+MAX_WAIT_SECONDS = 3600.0
 
 
 def _status_on_error(method: _Handler) -> _Handler:
@@ -78,7 +81,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
     def Register(self, request: pb.RegisterRequest, context: grpc.ServicerContext) -> pb.RegisterReply:
         worker_id, group = self.coordinator.register(request.worker_id, request.group, request.host)
         model = self.coordinator.model
-        logger.info("worker %d (%s) joined group %d", worker_id, request.host or context.peer(), group)
+        logger.info("worker %d (%s) joined group %d", worker_id, shown(request.host or context.peer()), group)
         return pb.RegisterReply(
             worker_id=worker_id,
             group=group,
@@ -101,6 +104,9 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
         if first is None or not first.message.HasField("hyperparameters"):
             raise InvalidArgument("InitModel must start with the hyperparameters")
         hyperparameters = Hyperparameters.from_proto(first.message.hyperparameters)
+        if self.coordinator.model.initialized:
+            # Another worker, or a checkpoint, came first: the weights are not read.
+            return pb.InitModelReply(model_version=self.coordinator.model.version, initialized_by_caller=False)
         weights, non_finite = _assemble(request_iterator)
         if not weights:
             raise InvalidArgument("InitModel carried no variables")
@@ -131,6 +137,8 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
 
     @_status_on_error
     def Pull(self, request: pb.PullRequest, context: grpc.ServicerContext) -> Iterator[pb.PullReply | bytes]:
+        if not 0 <= request.wait_for_model_seconds <= MAX_WAIT_SECONDS:
+            raise InvalidArgument(f"wait_for_model_seconds must lie in [0, {MAX_WAIT_SECONDS}]")
         if request.wait_for_model_seconds > 0:
             self.coordinator.wait_for_model(request.wait_for_model_seconds)
         version, chunks = self.coordinator.weights_newer_than(request.newer_than)

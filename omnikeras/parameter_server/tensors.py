@@ -13,6 +13,7 @@ writes exactly the bytes protobuf would, and `decoder` hands anything unusual to
 so peers that use the generated code work as before.
 """
 
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -22,11 +23,14 @@ import scipy.linalg.blas
 from google.protobuf.message import Message
 
 from omnikeras.parameter_server import parallel
-from omnikeras.parameter_server.errors import InvalidArgument, NotFound
+from omnikeras.parameter_server.errors import InvalidArgument, NotFound, ResourceExhausted, shown
 from omnikeras.v1 import parameter_server_pb2 as pb
 
 CHUNK_BYTES = 1 << 20
 SUPPORTED_DTYPES = frozenset({"float16", "float32", "float64"})
+# What a caller may declare of one tensor, before the server holds memory for it.
+MAX_RANK = 32
+MAX_TENSOR_BYTES = 1 << 34
 
 _M = TypeVar("_M", bound=Message)
 
@@ -49,11 +53,16 @@ class VariableSpec:
     def from_proto(cls, spec: pb.VariableSpec) -> "VariableSpec":
         if spec.dtype not in SUPPORTED_DTYPES:
             raise InvalidArgument(
-                f"variable {spec.name!r}: dtype {spec.dtype!r} is not one of "
+                f"variable {shown(spec.name)}: dtype {shown(spec.dtype)} is not one of "
                 f"{sorted(SUPPORTED_DTYPES)}"
             )
-        if any(d < 0 for d in spec.shape):
-            raise InvalidArgument(f"variable {spec.name!r}: negative dimension {list(spec.shape)}")
+        if len(spec.shape) > MAX_RANK or any(d < 0 for d in spec.shape):
+            raise InvalidArgument(f"variable {shown(spec.name)}: a shape of {MAX_RANK} non-negative dimensions at most")
+        declared = math.prod(spec.shape) * np.dtype(spec.dtype).itemsize
+        if declared > MAX_TENSOR_BYTES:
+            raise ResourceExhausted(
+                f"variable {shown(spec.name)}: {declared} bytes, above the server's {MAX_TENSOR_BYTES} per tensor"
+            )
         return cls(spec.name, np.dtype(spec.dtype).newbyteorder("<"), tuple(spec.shape))
 
     def to_proto(self) -> pb.VariableSpec:
@@ -275,12 +284,12 @@ class TensorAssembler:
         spec, raw = self._current
         if chunk.offset != self._filled:
             raise InvalidArgument(
-                f"variable {spec.name!r}: chunk at byte {chunk.offset}, expected {self._filled}"
+                f"variable {shown(spec.name)}: chunk at byte {chunk.offset}, expected {self._filled}"
             )
         end = self._filled + len(data)
         if end > len(raw):
             raise InvalidArgument(
-                f"variable {spec.name!r}: {end} bytes sent, its shape holds {len(raw)}"
+                f"variable {shown(spec.name)}: {end} bytes sent, its shape holds {len(raw)}"
             )
         raw[self._filled : end] = np.frombuffer(data, dtype=np.uint8)
         self._filled = end
@@ -302,14 +311,14 @@ class TensorAssembler:
 
     def _start(self, spec: VariableSpec) -> None:
         if spec.name in self.arrays:
-            raise InvalidArgument(f"variable {spec.name!r} sent twice")
+            raise InvalidArgument(f"variable {shown(spec.name)} sent twice")
         if self._expected is not None:
             expected = self._expected.get(spec.name)
             if expected is None:
-                raise NotFound(f"unknown variable {spec.name!r}")
+                raise NotFound(f"unknown variable {shown(spec.name)}")
             if spec.dtype != expected.dtype or spec.shape != expected.shape:
                 raise InvalidArgument(
-                    f"variable {spec.name!r}: got {spec.dtype.name}{list(spec.shape)}, "
+                    f"variable {shown(spec.name)}: got {spec.dtype.name}{list(spec.shape)[:MAX_RANK]}, "
                     f"expected {expected.dtype.name}{list(expected.shape)}"
                 )
         array = np.empty(spec.shape, dtype=spec.dtype)
@@ -323,7 +332,7 @@ class TensorAssembler:
         spec, raw = self._current
         if self._filled != len(raw):
             raise InvalidArgument(
-                f"variable {spec.name!r}: stream cut short at byte {self._filled} of {len(raw)}"
+                f"variable {shown(spec.name)}: stream cut short at byte {self._filled} of {len(raw)}"
             )
         self._current = None
         self._filled = 0

@@ -52,8 +52,8 @@ class Hyperparameters:
     statistics: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
-            raise InvalidArgument(f"learning_rate must be a positive number, got {self.learning_rate}")
+        if not _positive_in_float32(self.learning_rate):
+            raise InvalidArgument(f"learning_rate must be a positive number within float32's range, got {self.learning_rate}")
         # Asynchrony adds implicit momentum, so the explicit one may need to go below 0.
         if not (math.isfinite(self.momentum) and -1 < self.momentum < 1):
             raise InvalidArgument(f"momentum must lie in (-1, 1), got {self.momentum}")
@@ -163,3 +163,11 @@ def _apply_with_numpy(
         weight += gradient
     else:
         weight += velocity
+
+
+def _positive_in_float32(value: float) -> bool:
+    """Positive and finite also as a float32: a rate that overflows a float32 model's
+    update poisons its weights."""
+    with np.errstate(over="ignore"):
+        narrowed = np.float32(value)
+    return math.isfinite(value) and bool(np.isfinite(narrowed)) and narrowed > 0

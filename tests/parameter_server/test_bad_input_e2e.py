@@ -169,3 +169,64 @@ def test_refusals_a_worker_acts_on_carry_their_reason(cluster) -> None:
     nan = _chunks(w=np.full((2, 3), np.nan, np.float32), b=GOOD["b"])
     assert refusal(pb.PushHeader(worker_id=worker, step=1, example_count=1), nan) == pb.NON_FINITE
     assert refusal(pb.PushHeader(worker_id=worker, step=1, example_count=0), _chunks(**GOOD)) == pb.REFUSAL_UNSPECIFIED
+
+
+def _code(call) -> grpc.StatusCode:
+    with pytest.raises(grpc.RpcError) as raised:
+        call()
+    return raised.value.code()
+
+
+def test_a_worker_id_at_the_int64_limit_is_refused_and_registration_still_works(cluster) -> None:
+    client, _, stub = cluster
+    assert _code(lambda: stub.Register(pb.RegisterRequest(worker_id=2**63 - 1), timeout=30)) == grpc.StatusCode.INVALID_ARGUMENT
+    # Nothing changed: automatic ids, stats and regrouping answer as before.
+    assert stub.Register(pb.RegisterRequest(), timeout=30).worker_id == 2
+    assert sum(len(g.members) for g in client.stats()[0].groups) == 2
+    assert stub.SetGroups(pb.SetGroupsRequest(num_groups=2), timeout=30).num_groups == 2
+
+
+def test_unbounded_requests_are_refused_with_a_clear_status(cluster) -> None:
+    client, worker, stub = cluster
+    assert _code(lambda: stub.SetGroups(pb.SetGroupsRequest(num_groups=10**6), timeout=30)) == grpc.StatusCode.INVALID_ARGUMENT
+    assert client.describe().num_groups == 1
+    for number in range(16):
+        client.save_snapshot(f"s{number}")
+    with pytest.raises(grpc.RpcError) as raised:
+        client.save_snapshot("one too many")
+    assert raised.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "16 snapshots at most" in raised.value.details()
+    client.save_snapshot("s3")  # a name in use is saved again
+    assert _code(lambda: stub.Pull(pb.PullRequest(wait_for_model_seconds=float("inf")), timeout=30).next()) == grpc.StatusCode.INVALID_ARGUMENT
+    assert _code(lambda: _push(stub, pb.PushHeader(worker_id=worker, step=-1, example_count=1), _chunks(**GOOD))) == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_a_learning_rate_beyond_float32_is_refused_and_the_weights_stay_finite(cluster) -> None:
+    client, _, stub = cluster
+    request = pb.SetHyperparametersRequest(hyperparameters=pb.Hyperparameters(learning_rate=1e39))
+    assert _code(lambda: stub.SetHyperparameters(request, timeout=30)) == grpc.StatusCode.INVALID_ARGUMENT
+    client.push(GOOD, step=1, example_count=1)
+    assert all(np.isfinite(w).all() for w in client.pull().weights.values())
+
+
+def test_a_huge_declared_shape_is_refused_before_any_memory_is_held(start_server) -> None:
+    server = start_server()
+    stub = pb_grpc.ParameterServerStub(grpc.insecure_channel(server.address))
+    start = pb.InitModelRequest(hyperparameters=pb.Hyperparameters(learning_rate=0.1))
+    huge = pb.TensorChunk(spec=pb.VariableSpec(name="w", dtype="float32", shape=[2**40, 2**20]), offset=0, data=b"\0" * 4)
+    with pytest.raises(grpc.RpcError) as raised:
+        stub.InitModel(iter([start, pb.InitModelRequest(chunk=huge)]), timeout=30)
+    assert raised.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_errors_quote_what_the_caller_sent_escaped_and_short(cluster, start_server) -> None:
+    _, worker, stub = cluster
+    name = "x" * 100_000
+    with pytest.raises(grpc.RpcError) as raised:
+        _push(stub, pb.PushHeader(worker_id=worker, step=1, example_count=1), _chunks(**{name: np.ones(2, np.float32)}))
+    assert raised.value.code() == grpc.StatusCode.NOT_FOUND
+    assert len(raised.value.details()) < 300
+    server = start_server()
+    forged = pb_grpc.ParameterServerStub(grpc.insecure_channel(server.address))
+    forged.Register(pb.RegisterRequest(host="evil\nINFO forged line"), timeout=30)
+    log = server.stop()
+    assert "forged line" in log and "\nINFO forged line" not in log
