@@ -7,7 +7,6 @@ example is read once per pass however the groups are laid out, also across a reg
 Each member of a group takes its slice of the batch's rows.
 """
 
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
@@ -125,63 +124,14 @@ def share(batch: Any, place: GroupPlace) -> Any:
     return tf.nest.map_structure(lambda a: a[start:stop], batch)
 
 
-class ReplyGate:
-    """Lets the input pipeline read a step's batch ahead, while the step before it ends,
-    but not before that step has its reply: the reply names the batch.
-
-    Each iterator over the shares starts a new round (`start`), which retires the rounds
-    before it: Keras takes an element of its own, once, to build the model, and never
-    steps on it.
-    """
-
-    def __init__(self) -> None:
-        self._condition = threading.Condition()
-        self._round = 0
-        self._handed_out = 0
-        self._replied = 0
-        self._closed = False
-
-    def open(self) -> None:
-        with self._condition:
-            self._closed = False
-
-    def start(self) -> int:
-        """A new round of shares, the only one that may still hand out shares."""
-        with self._condition:
-            self._round += 1
-            self._handed_out = self._replied = 0
-            self._condition.notify_all()
-            return self._round
-
-    def wait(self, round_: int, timeout: float) -> bool:
-        """Waits until every share of the round handed out has had its step's reply;
-        False once the gate is closed or the round retired."""
-        with self._condition:
-            if not self._condition.wait_for(
-                lambda: self._closed or round_ != self._round or self._replied >= self._handed_out, timeout
-            ):
-                raise TimeoutError(f"a training step had no reply from the parameter server within {timeout:.0f} s")
-            return not self._closed and round_ == self._round
-
-    def handed_out(self) -> None:
-        with self._condition:
-            self._handed_out += 1
-
-    def replied(self) -> None:
-        with self._condition:
-            self._replied += 1
-            self._condition.notify_all()
-
-    def close(self) -> None:
-        """Ends the shares: `fit` is over, and no step will reply to the one read ahead."""
-        with self._condition:
-            self._closed = True
-            self._condition.notify_all()
-
-
 def dataset_of(shares: Callable[[], Iterator[Any]], element_spec: Any) -> tf.data.Dataset:
-    """A dataset of the worker's shares, each read one step ahead (see `ReplyGate`)."""
-    return tf.data.Dataset.from_generator(shares, output_signature=element_spec).prefetch(1)
+    """A dataset of the worker's shares, each read only as a step asks for it: the batch
+    a step reads is named by the reply to the step before. (Read ahead, the reader would
+    have to wait for that reply inside tf.data, which can starve TensorFlow's threads.)"""
+    dataset = tf.data.Dataset.from_generator(shares, output_signature=element_spec)
+    options = tf.data.Options()
+    options.experimental_optimization.inject_prefetch = False
+    return dataset.with_options(options)
 
 
 def first_examples(x: Any, y: Any, sample_weight: Any, count: int) -> tuple[Any, Any, Any]:

@@ -166,8 +166,6 @@ def fit_through_server(
         if worker.failure is not None:
             raise worker.failure from None
         raise
-    finally:
-        worker.stop_reading()
 
 
 def _check_supported(model: keras.Model, arguments: dict[str, Any]) -> None:

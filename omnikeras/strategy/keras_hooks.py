@@ -12,14 +12,9 @@
    of steps changes with the group layout, so the end of one epoch says nothing of the
    next (Keras would take the first epoch's steps for every later one and warn that the
    data ran out at each epoch's end).
-4. `TensorFlowTrainer._maybe_symbolic_build` takes one element of `fit`'s data to build
-   the model and drops the iterator. The worker's shares are read one step ahead, once
-   the step before has its reply (`data.ReplyGate`): an iterator dropped while its reader
-   waits for a reply that never comes would wait forever. The build takes a share from
-   the worker instead.
 
 All are private to Keras, so the supported Keras range is pinned and checked here, and
-tests fail if either hook stops being called. Models under any other strategy go through
+tests fail if a hook stops being called. Models under any other strategy go through
 the original methods untouched.
 """
 
@@ -53,7 +48,6 @@ _original_update_step = TFOptimizer._distributed_tf_update_step
 _original_apply_weight_decay = TFOptimizer._apply_weight_decay
 _original_fit = TensorFlowTrainer.fit
 _original_catch_stop_iteration = TFEpochIterator.catch_stop_iteration
-_original_maybe_symbolic_build = TensorFlowTrainer._maybe_symbolic_build
 
 
 @functools.wraps(_original_update_step)
@@ -90,21 +84,8 @@ def _catch_stop_iteration(self: TFEpochIterator) -> Iterator[None]:
         self.data_adapter.on_epoch_end()
 
 
-@functools.wraps(_original_maybe_symbolic_build)
-def _maybe_symbolic_build(self: TensorFlowTrainer, iterator: Any = None, data_batch: Any = None) -> None:
-    strategy = self._distribute_strategy
-    if (
-        isinstance(strategy, GroupedAsyncStrategy)
-        and iterator is not None
-        and iterator.data_adapter.get_tf_dataset() is strategy.worker.shares
-    ):
-        return _original_maybe_symbolic_build(self, data_batch=strategy.worker.sample_share())
-    return _original_maybe_symbolic_build(self, iterator, data_batch)
-
-
 def install() -> None:
     TFOptimizer._distributed_tf_update_step = _update_step
     TFOptimizer._apply_weight_decay = _apply_weight_decay
     TensorFlowTrainer.fit = _fit
     TFEpochIterator.catch_stop_iteration = _catch_stop_iteration
-    TensorFlowTrainer._maybe_symbolic_build = _maybe_symbolic_build

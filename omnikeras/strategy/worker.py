@@ -45,9 +45,6 @@ class ClusterWorker:
         self.next_batch = 0
         self._next_members: tuple[int, ...] = ()
         self.reading: int | None = None
-        self._gate = data.ReplyGate()
-        # The dataset of `read_from`.
-        self.shares: Any = None
         # Epochs end where a pass over the data ends, unless `fit` was given its steps.
         self._epochs_by_pass = True
         self.batch_size = 32
@@ -84,20 +81,7 @@ class ClusterWorker:
         With `epochs_by_pass`, each epoch ends where a pass over the data ends."""
         self.source = source
         self._epochs_by_pass = epochs_by_pass and source.batches_per_pass is not None
-        self._gate.open()
-        self.shares = data.dataset_of(self._shares, source.element_spec)
-        return self.shares
-
-    def sample_share(self) -> Any:
-        """A share like those of `read_from`'s dataset, read outside it, for Keras to
-        build the model with."""
-        assert self.source is not None and self.place is not None
-        share = data.share(self.source.batch(self.next_batch), self._place_in_next_batch())
-        return tf.nest.map_structure(tf.convert_to_tensor, share)
-
-    def stop_reading(self) -> None:
-        """Ends the dataset of `read_from`: `fit` is over."""
-        self._gate.close()
+        return data.dataset_of(self._shares, source.element_spec)
 
     @property
     def steps_per_epoch(self) -> int | None:
@@ -110,8 +94,7 @@ class ClusterWorker:
         assert self.source is not None and self.place is not None
         per_pass = self.source.batches_per_pass
         epoch = None
-        round_ = self._gate.start()
-        while self._gate.wait(round_, self.client.timeout):
+        while True:
             if per_pass and self._epochs_by_pass:
                 if epoch is None:
                     epoch = self.next_batch // per_pass
@@ -120,7 +103,6 @@ class ClusterWorker:
             self.reading = self.next_batch
             share = data.share(self.source.batch(self.next_batch), self._place_in_next_batch())
             self._rows_read = len(tf.nest.flatten(share)[0])
-            self._gate.handed_out()
             yield share
 
     def _place_in_next_batch(self) -> GroupPlace:
@@ -215,8 +197,6 @@ class ClusterWorker:
         except Exception as error:
             self.failure = error
             raise
-        finally:
-            self._gate.replied()
 
     def _push_pull(self, names: Sequence[str], gradients: Sequence[np.ndarray]) -> list[np.ndarray]:
         if self._training_over:
@@ -346,8 +326,6 @@ class ClusterWorker:
 
         The chief ends training for everyone: the others stop at their next step.
         """
-        # Before Keras drops its iterator, whose reader may wait for a step that never comes.
-        self.stop_reading()
         if self.config.is_chief:
             self.client.request_stop()
         self.client.deregister()

@@ -89,47 +89,18 @@ def test_a_three_times_faster_member_gets_three_times_the_rows() -> None:
     assert fast.stop - fast.start == pytest.approx(3 * (slow.stop - slow.start))
 
 
-def test_a_share_is_read_ahead_only_once_the_step_before_it_has_its_reply() -> None:
-    gate = data.ReplyGate()
+def test_the_dataset_asks_for_each_share_only_when_a_step_needs_it() -> None:
     asked = []
 
     def shares():
-        index, round_ = 0, gate.start()
-        while gate.wait(round_, timeout=30):
+        for index in range(3):
             asked.append(index)
-            gate.handed_out()
             yield np.full(2, index)
-            index += 1
 
     stream = iter(data.dataset_of(shares, tf.TensorSpec((None,), tf.int64)))
     assert next(stream).numpy().tolist() == [0, 0]
     time.sleep(0.3)
-    assert asked == [0], "the next batch is named by the reply: nothing read before it"
-    gate.replied()
-    deadline = time.monotonic() + 10
-    while asked != [0, 1] and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert asked == [0, 1], "read ahead, in the background, as soon as the reply came"
-    assert next(stream).numpy().tolist() == [1, 1]
-    gate.close()
-    assert list(stream) == [], "closed while waiting for a reply: the shares end"
-
-
-def test_a_step_without_a_reply_ends_the_wait_with_a_clear_error() -> None:
-    gate = data.ReplyGate()
-    round_ = gate.start()
-    gate.handed_out()
-    with pytest.raises(TimeoutError, match="no reply from the parameter server"):
-        gate.wait(round_, timeout=0.1)
-
-
-def test_a_new_round_retires_the_one_before_it() -> None:
-    gate = data.ReplyGate()
-    first = gate.start()
-    gate.handed_out()  # taken by Keras to build the model; no step replies to it
-    second = gate.start()
-    assert gate.wait(second, timeout=1), "the new round reads at once"
-    assert not gate.wait(first, timeout=1), "the old one hands out nothing more"
+    assert asked == [0], "nothing read ahead: the next batch is known only after the reply"
 
 
 def test_validation_split_takes_the_last_rows() -> None:
