@@ -327,29 +327,26 @@ class GroupCoordinator:
                     f"restored at version {self._restored_at}: pull and compute again"
                 )
             if step <= worker.last_step:
-                return self._reply(self._duplicate(worker_id, worker, step, caller_gone), worker.group)
+                return self._reply(self._duplicate(worker_id, worker, step, caller_gone))
             group = worker.group
             contribution = _Contribution(gradients, example_count, computed_at)
             worker.last_step = step
             if batch is not None and batch != self._batch(group)[0]:
-                alone = _GroupStep(deadline=0.0, contributions={worker_id: contribution})
-                self._apply(group, alone)
-                worker.last_result = self._next(alone.result, group)
-                return self._reply(worker.last_result, group)
+                worker.last_result = self._next(self._apply(group, [contribution]), group)
+                return self._reply(worker.last_result)
             pending = self._pending.get(group)
             if pending is None:
                 pending = self._pending[group] = _GroupStep(time.monotonic() + self.group_timeout)
             pending.contributions[worker_id] = contribution
             if self._members(group) <= pending.contributions.keys():
                 self._complete(group)
-            return self._reply(self._wait(pending, group, caller_gone), group)
+            return self._reply(self._wait(pending, group, caller_gone))
 
-    def _reply(self, result: PushResult, group: int) -> PushResult:
+    def _reply(self, result: PushResult) -> PushResult:
         return dataclasses.replace(result, stop_requested=self._stop_requested, layout_version=self._layout_version)
 
-    def _next(self, result: PushResult | None, group: int) -> PushResult:
+    def _next(self, result: PushResult, group: int) -> PushResult:
         """`result` naming the batch `group` reads next."""
-        assert result is not None
         batch, members = self._batch(group)
         return dataclasses.replace(result, next_batch=batch, next_members=members)
 
@@ -391,25 +388,20 @@ class GroupCoordinator:
         """Applies the group's step, and hands out the batch of its next: every member
         of this step reads that one next, whatever the layout by then."""
         step = self._pending.pop(group)
-        self._apply(group, step)
+        applied = self._apply(group, list(step.contributions.values()))
         self._batch_of_group.pop(group, None)
-        step.result = self._next(step.result, group)
+        step.result = self._next(applied, group)
         for worker_id in step.contributions:
             if worker_id in self._workers:
                 self._workers[worker_id].last_result = step.result
+        self._cond.notify_all()
 
-    def _apply(self, group: int, step: _GroupStep) -> PushResult:
-        contributions = list(step.contributions.values())
+    def _apply(self, group: int, contributions: list[_Contribution]) -> PushResult:
         staleness = self.model.version - min(c.computed_at for c in contributions)
         self.model.apply(_weighted_mean(contributions))
-        step.result = PushResult(self.model.version, group, len(contributions))
-        for worker_id in step.contributions:
-            if worker_id in self._workers:
-                self._workers[worker_id].last_result = step.result
         self._updates[group] += 1
         self._staleness[group][staleness] += 1
-        self._cond.notify_all()
-        return step.result
+        return PushResult(self.model.version, group, len(contributions))
 
     def _drop_missing(self, group: int, pending: _GroupStep) -> None:
         for worker_id in self._members(group) - pending.contributions.keys():

@@ -48,9 +48,8 @@ class ClusterWorker:
         # Epochs end where a pass over the data ends, unless `fit` was given its steps.
         self._epochs_by_pass = True
         self.batch_size = 32
-        # Rows of the step under way's share, and of the share read last (read ahead).
+        # Rows of the step's share: its weight in its group's mean.
         self.example_count = 1
-        self._rows_read = 1
         self.step = 0
         # What the server holds: the trainable variables, then the statistics.
         self.names: list[str] = []
@@ -102,7 +101,7 @@ class ClusterWorker:
                     return
             self.reading = self.next_batch
             share = data.share(self.source.batch(self.next_batch), self._place_in_next_batch())
-            self._rows_read = len(tf.nest.flatten(share)[0])
+            self.example_count = len(tf.nest.flatten(share)[0])
             yield share
 
     def _place_in_next_batch(self) -> GroupPlace:
@@ -202,7 +201,6 @@ class ClusterWorker:
         if self._training_over:
             return self._pull_current(names)
         self.step += 1
-        self.example_count = self._rows_read
         pushed = dict(zip(names, gradients))
         for name, pulled_value in self._pulled_statistics.items():
             pushed[name] = pushed[name] - pulled_value
