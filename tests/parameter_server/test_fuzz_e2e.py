@@ -4,7 +4,7 @@ holds no memory a header merely claims, and a refused call changes nothing."""
 
 import math
 import pathlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import grpc
 import numpy as np
@@ -102,30 +102,21 @@ def _good_chunks() -> st.SearchStrategy[list[pb.TensorChunk]]:
 
 def test_every_tensor_stream_is_answered_and_a_refused_one_changes_nothing(start_server) -> None:
     cluster = Cluster(start_server)
-    _fuzz_tensor_streams(cluster)
+    _fuzz(cluster, _tensor_stream)
     _outlived(cluster)
 
 
 def test_every_control_call_is_answered_and_a_refused_one_changes_nothing(start_server) -> None:
     cluster = Cluster(start_server)
-    _fuzz_control_calls(cluster)
+    _fuzz(cluster, _control_call)
     _outlived(cluster)
 
 
-def _fuzz_tensor_streams(cluster: Cluster) -> None:
+def _fuzz(cluster: Cluster, case: Callable[[Cluster, st.DataObject], None]) -> None:
     @FUZZ
     @given(data=st.data())
-    def one(data) -> None:
-        _tensor_stream(cluster, data)
-
-    one()
-
-
-def _fuzz_control_calls(cluster: Cluster) -> None:
-    @FUZZ
-    @given(data=st.data())
-    def one(data) -> None:
-        _control_call(cluster, data)
+    def one(data: st.DataObject) -> None:
+        case(cluster, data)
 
     one()
 

@@ -145,7 +145,8 @@ def test_a_killed_parameter_server_restarts_on_its_checkpoint_and_training_finis
     # Each worker says what the restart lost: the updates it saw past the checkpoint.
     lost = re.findall(r"checkpoint at version (\d+): the (\d+) updates this worker saw after it \(up to version (\d+)\)", logs)
     assert len(lost) == 2
-    assert all(int(seen) - int(checkpoint) == int(count) for checkpoint, count, seen in lost)
+    # A worker whose last step came before the checkpoint lost none of its own.
+    assert all(int(count) == max(int(seen) - int(checkpoint), 0) for checkpoint, count, seen in lost)
     assert chief["test_accuracy"] > 0.8
 
 
