@@ -126,8 +126,7 @@ def share(batch: Any, place: GroupPlace) -> Any:
 
 def dataset_of(shares: Callable[[], Iterator[Any]], element_spec: Any) -> tf.data.Dataset:
     """A dataset of the worker's shares, each read only as a step asks for it: the batch
-    a step reads is named by the reply to the step before. (Read ahead, the reader would
-    have to wait for that reply inside tf.data, which can starve TensorFlow's threads.)"""
+    a step reads is named by the reply to the step before."""
     dataset = tf.data.Dataset.from_generator(shares, output_signature=element_spec)
     options = tf.data.Options()
     options.experimental_optimization.inject_prefetch = False
