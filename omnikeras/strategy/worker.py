@@ -112,9 +112,12 @@ class ClusterWorker:
         assert self.place is not None
         if self.config.worker_id not in self._next_members:
             return self.place
-        return GroupPlace.among(
-            self.config.worker_id, self._next_members, self.config.throughput_of, self.place.group, self.place.num_groups
-        )
+        if self.place.members != self._next_members:
+            # Only after a change of members: every other step shares as the group does.
+            return GroupPlace.among(
+                self.config.worker_id, self._next_members, self.config.throughput_of, self.place.group, self.place.num_groups
+            )
+        return self.place
 
     def probe(self, count: int) -> tuple[Any, Any, Any]:
         """The first `count` examples of the training data: the same batch every time."""
@@ -310,7 +313,7 @@ class ClusterWorker:
             )
         self.place = place
         if with_next_batch:
-            mine = next(g for g in groups if g.group == place.group)
+            mine = groups[place.group]
             self.next_batch, self._next_members = mine.next_batch, tuple(mine.next_members)
         return place
 
