@@ -25,6 +25,7 @@ from omnikeras.parameter_server.errors import (
     Dropped,
     FailedPrecondition,
     InvalidArgument,
+    NonFinite,
     NotFound,
     NotRegistered,
     ResourceExhausted,
@@ -93,6 +94,8 @@ class _GroupStep:
     deadline: float
     contributions: dict[int, _Contribution] = field(default_factory=dict)
     result: PushResult | None = None
+    # Set instead of `result` when the step's update was refused.
+    refusal: NonFinite | None = None
 
 
 @dataclass
@@ -100,7 +103,8 @@ class _Worker:
     group: int
     host: str
     last_step: int = -1
-    last_result: PushResult | None = None
+    # What its last push got: a retry of that push gets the same.
+    last_result: PushResult | NonFinite | None = None
 
 
 @dataclass(frozen=True)
@@ -332,7 +336,12 @@ class GroupCoordinator:
             contribution = _Contribution(gradients, example_count, computed_at)
             worker.last_step = step
             if batch is not None and batch != self._batch(group)[0]:
-                worker.last_result = self._next(self._apply(group, [contribution]), group)
+                try:
+                    worker.last_result = self._next(self._apply(group, [contribution]), group)
+                except NonFinite as refusal:
+                    worker.last_result = refusal
+                    self._rejected_non_finite += 1
+                    raise
                 return self._reply(worker.last_result)
             pending = self._pending.get(group)
             if pending is None:
@@ -368,32 +377,42 @@ class GroupCoordinator:
         pending = self._pending.get(worker.group)
         if pending is not None and worker_id in pending.contributions:
             return self._wait(pending, worker.group, caller_gone)
+        if isinstance(worker.last_result, NonFinite):
+            raise worker.last_result
         assert worker.last_result is not None
         return worker.last_result
 
     def _wait(self, pending: _GroupStep, group: int, caller_gone: Callable[[], bool]) -> PushResult:
-        while pending.result is None:
+        while pending.result is None and pending.refusal is None:
             remaining = pending.deadline - time.monotonic()
             if remaining <= 0:
                 self._drop_missing(group, pending)
                 self._complete(group)
                 break
             self._cond.wait(min(remaining, _POLL_SECONDS))
-            if pending.result is None and caller_gone():
+            if pending.result is None and pending.refusal is None and caller_gone():
                 raise FailedPrecondition("the caller went away while its group step was pending")
+        if pending.refusal is not None:
+            raise pending.refusal
         assert pending.result is not None
         return pending.result
 
     def _complete(self, group: int) -> None:
         """Applies the group's step, and hands out the batch of its next: every member
-        of this step reads that one next, whatever the layout by then."""
+        of this step reads that one next, whatever the layout by then. A refused update
+        changes nothing: its members read the same batch again."""
         step = self._pending.pop(group)
-        applied = self._apply(group, list(step.contributions.values()))
-        self._batch_of_group.pop(group, None)
-        step.result = self._next(applied, group)
+        try:
+            applied = self._apply(group, list(step.contributions.values()))
+        except NonFinite as refusal:
+            step.refusal = refusal
+            self._rejected_non_finite += len(step.contributions)
+        else:
+            self._batch_of_group.pop(group, None)
+            step.result = self._next(applied, group)
         for worker_id in step.contributions:
             if worker_id in self._workers:
-                self._workers[worker_id].last_result = step.result
+                self._workers[worker_id].last_result = step.result or step.refusal
         self._cond.notify_all()
 
     def _apply(self, group: int, contributions: list[_Contribution]) -> PushResult:

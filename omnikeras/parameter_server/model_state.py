@@ -2,16 +2,23 @@
 update rule.
 
 Not thread-safe on its own: `GroupCoordinator` calls it under its lock.
+
+An update that would make a weight NaN or Inf is refused, and the weights stay as they
+were. Finite weights, momentum buffers and gradients can only produce NaN or Inf by
+overflowing, so the state keeps a bound on every array's largest magnitude, carried from
+update to update at the cost of one pass over each gradient; only an update whose bound
+comes near the dtype's limit is tried on copies first.
 """
 
 import threading
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
 from omnikeras.parameter_server import tensors
-from omnikeras.parameter_server.errors import FailedPrecondition
+from omnikeras.parameter_server.errors import FailedPrecondition, NonFinite
 from omnikeras.parameter_server.update_rule import Hyperparameters, apply_update, apply_weight_decay
 from omnikeras.v1 import parameter_server_pb2 as pb
 
@@ -28,6 +35,8 @@ class ModelState:
         self.iterations = 0
         self.apply_seconds_total = 0.0
         self._pull_cache: _EncodedWeights | None = None
+        # Upper bounds on each variable's largest magnitude, exact when first needed.
+        self._bounds: dict[str, _Bounds] = {}
 
     @property
     def initialized(self) -> bool:
@@ -52,33 +61,98 @@ class ModelState:
         self.velocities = dict(velocities or {})
         self.version = version
         self._pull_cache = None
+        self._bounds = {}
 
     def require_initialized(self) -> None:
         if not self.initialized:
             raise FailedPrecondition("the model is not initialised yet: call InitModel first")
 
     def apply(self, gradients: Mapping[str, np.ndarray]) -> None:
-        """Applies one update; the gradient arrays are consumed as scratch space."""
+        """Applies one update; the gradient arrays are consumed as scratch space.
+
+        Raises `NonFinite`, with nothing changed, when the update would make a weight or
+        momentum buffer NaN or Inf.
+        """
         started = time.perf_counter()
+        rule = self.hyperparameters
+        learning_rate = rule.learning_rate_at(self.iterations)
+        bounds = {name: self._bounds_after(name, gradient, learning_rate) for name, gradient in gradients.items()}
+        near_limit = [name for name, bound in bounds.items() if not bound.within(self.weights[name].dtype)]
+        for name in near_limit:
+            # The carried bounds only ever grow: measured afresh, they may be far lower.
+            self._bounds[name] = _Bounds.exact(self.weights[name], self.velocities.get(name))
+            bounds[name] = self._bounds_after(name, gradients[name], learning_rate)
+        tried = {
+            name: self._try_update(name, gradients[name], learning_rate)
+            for name in near_limit
+            if not bounds[name].within(self.weights[name].dtype)
+        }
         if self._pull_cache is not None:
             # Pulls of the version about to be replaced may still be reading it.
             self._pull_cache.finish()
-        rule = self.hyperparameters
-        learning_rate = rule.learning_rate_at(self.iterations)
-        needs_velocity = rule.momentum != 0
         for name, weight in self.weights.items():
-            if name in rule.statistics:
-                weight += gradients[name]
-                continue
-            velocity = self.velocities.get(name)
-            if velocity is None and needs_velocity:
-                velocity = self.velocities[name] = np.zeros_like(weight)
-            if rule.decays(name):
-                apply_weight_decay(weight, learning_rate * rule.weight_decay)
-            apply_update(weight, velocity, gradients[name], learning_rate, rule.momentum, rule.nesterov)
+            if name in tried:
+                updated, velocity = tried[name]
+                np.copyto(weight, updated)
+                bounds[name] = _Bounds.exact(updated, velocity)
+            else:
+                velocity = self._update(name, weight, self.velocities.get(name), gradients[name], learning_rate)
+            if velocity is not None:
+                self.velocities[name] = velocity
+        self._bounds = bounds
         self.version += 1
         self.iterations += 1
         self.apply_seconds_total += time.perf_counter() - started
+
+    def _update(
+        self, name: str, weight: np.ndarray, velocity: np.ndarray | None, gradient: np.ndarray, learning_rate: float
+    ) -> np.ndarray | None:
+        """Updates `weight` and `velocity` in place; returns the momentum buffer, created
+        when the rule first needs one."""
+        rule = self.hyperparameters
+        if name in rule.statistics:
+            weight += gradient
+            return velocity
+        if velocity is None and rule.momentum != 0:
+            velocity = np.zeros_like(weight)
+        if rule.decays(name):
+            apply_weight_decay(weight, learning_rate * rule.weight_decay)
+        apply_update(weight, velocity, gradient, learning_rate, rule.momentum, rule.nesterov)
+        return velocity
+
+    def _try_update(
+        self, name: str, gradient: np.ndarray, learning_rate: float
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """The updated weight and momentum buffer of `name`, computed on copies; raises
+        `NonFinite` if either holds NaN or Inf."""
+        weight = self.weights[name].copy()
+        velocity = self.velocities.get(name)
+        with np.errstate(over="ignore", invalid="ignore"):
+            velocity = self._update(
+                name, weight, velocity.copy() if velocity is not None else None, gradient, learning_rate
+            )
+        for array in (weight, velocity):
+            if array is not None and not np.isfinite(array).all():
+                raise NonFinite("update of", name)
+        return weight, velocity
+
+    def _bounds_after(self, name: str, gradient: np.ndarray, learning_rate: float) -> "_Bounds":
+        """Bounds on `name`'s largest magnitudes once `gradient` is applied."""
+        if name not in self._bounds:
+            self._bounds[name] = _Bounds.summed(self.weights[name], self.velocities.get(name))
+        before = self._bounds[name]
+        rule = self.hyperparameters
+        change = tensors.abs_sum(gradient)
+        if name in rule.statistics:
+            return _Bounds(before.weight + change, before.velocity)
+        step = learning_rate * change
+        decayed = before.weight * (abs(1 - learning_rate * rule.weight_decay) if rule.decays(name) else 1.0)
+        if name not in self.velocities and rule.momentum == 0:
+            return _Bounds(decayed + step, 0.0)
+        velocity = abs(rule.momentum) * before.velocity + step
+        if rule.nesterov:
+            return _Bounds(decayed + abs(rule.momentum) * velocity + step, velocity)
+        return _Bounds(decayed + velocity, velocity)
 
     def weight_chunks(self) -> "_EncodedWeights":
         """The current weights as serialized `PullReply` chunk messages, encoded once per
@@ -94,6 +168,32 @@ class ModelState:
             {name: w.copy() for name, w in self.weights.items()},
             {name: v.copy() for name, v in self.velocities.items()},
         )
+
+
+@dataclass(frozen=True)
+class _Bounds:
+    """Upper bounds on the largest magnitude in a weight and in its momentum buffer."""
+
+    weight: float
+    velocity: float
+
+    @classmethod
+    def summed(cls, weight: np.ndarray, velocity: np.ndarray | None) -> "_Bounds":
+        """Loose bounds (sums of magnitudes), in one pass with no temporary."""
+        return cls(tensors.abs_sum(weight), tensors.abs_sum(velocity) if velocity is not None else 0.0)
+
+    @classmethod
+    def exact(cls, weight: np.ndarray, velocity: np.ndarray | None) -> "_Bounds":
+        return cls(_largest(weight), _largest(velocity) if velocity is not None else 0.0)
+
+    def within(self, dtype: np.dtype) -> bool:
+        """Whether no sum of terms so bounded can overflow `dtype`."""
+        limit = float(np.finfo(dtype).max) / 4
+        return self.weight <= limit and self.velocity <= limit
+
+
+def _largest(array: np.ndarray) -> float:
+    return float(np.abs(array).max()) if array.size else 0.0
 
 
 class _EncodedWeights:

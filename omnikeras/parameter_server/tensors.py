@@ -84,9 +84,17 @@ def all_finite(array: np.ndarray) -> bool:
     if parallel.worth_splitting(array):
         totals = parallel.split_pass(np.sum, array)
     else:
-        asum = _ASUM.get(array.dtype) if array.dtype.isnative and array.flags.c_contiguous else None
-        totals = [asum(array.reshape(-1)) if asum is not None and array.size else array.sum()]
+        totals = [abs_sum(array)]
     return bool(all(np.isfinite(totals)) or np.isfinite(array).all())
+
+
+def abs_sum(array: np.ndarray) -> float:
+    """The sum of `array`'s absolute values (Inf when it overflows): a bound on its
+    largest one, in one pass with no temporary."""
+    asum = _ASUM.get(array.dtype) if array.dtype.isnative and array.flags.c_contiguous else None
+    if asum is not None and array.size:
+        return float(asum(array.reshape(-1)))
+    return float(np.abs(array).sum())
 
 
 _ASUM = {np.dtype(np.float32): scipy.linalg.blas.sasum, np.dtype(np.float64): scipy.linalg.blas.dasum}

@@ -208,6 +208,21 @@ def test_a_learning_rate_beyond_float32_is_refused_and_the_weights_stay_finite(c
     assert all(np.isfinite(w).all() for w in client.pull().weights.values())
 
 
+def test_an_update_that_would_overflow_the_weights_is_refused_and_the_model_kept(cluster) -> None:
+    client, worker, stub = cluster
+    client.set_hyperparameters(Hyperparameters(8.0))
+    overflowing = {"w": np.full((2, 3), -np.finfo(np.float32).max, np.float32), "b": GOOD["b"]}
+    with pytest.raises(grpc.RpcError) as raised:
+        client.push(overflowing, step=1, example_count=1)
+    assert refusal_of(raised.value) == pb.NON_FINITE
+    assert "'w'" in raised.value.details()
+    pulled = client.pull()
+    assert pulled.model_version == 0
+    np.testing.assert_array_equal(pulled.weights["w"], np.ones((2, 3), np.float32))
+    assert client.push(GOOD, step=2, example_count=1).model_version == 1
+    assert all(np.isfinite(w).all() for w in client.pull().weights.values())
+
+
 def test_a_huge_declared_shape_is_refused_before_any_memory_is_held(start_server) -> None:
     server = start_server()
     stub = pb_grpc.ParameterServerStub(grpc.insecure_channel(server.address))

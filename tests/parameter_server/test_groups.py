@@ -6,7 +6,7 @@ import time
 import numpy as np
 import pytest
 
-from omnikeras.parameter_server.errors import FailedPrecondition, InvalidArgument, NotFound
+from omnikeras.parameter_server.errors import FailedPrecondition, InvalidArgument, NonFinite, NotFound
 from omnikeras.parameter_server.groups import GroupCoordinator, PushResult
 from omnikeras.parameter_server.model_state import ModelState
 from omnikeras.parameter_server.update_rule import Hyperparameters
@@ -257,3 +257,24 @@ def test_every_member_of_a_step_is_told_the_same_next_batch_whatever_follows() -
     # They read it as the old layout's step: each share on its own.
     assert _push_batch(coordinator, first, 2, batch + 1).members_combined == 1
     assert _push_batch(coordinator, second, 2, batch + 1).members_combined == 1
+
+
+def test_a_refused_update_fails_every_member_of_its_step_and_their_retries() -> None:
+    coordinator = _coordinator(lr=4.0)
+    first, second = coordinator.register()[0], coordinator.register()[0]
+    huge = np.finfo(np.float32).max
+    waiting = _push_async(coordinator, first, 0, -huge)
+    with pytest.raises(NonFinite, match="update"):
+        coordinator.push(second, 0, 0, 1, {"w": np.full(3, -huge, np.float32)})
+    waiting["thread"].join(10)
+    assert isinstance(waiting["error"], NonFinite)
+    with pytest.raises(NonFinite):
+        coordinator.push(first, 0, 0, 1, {"w": np.ones(3, np.float32)})
+    np.testing.assert_array_equal(_weights(coordinator), np.zeros(3, np.float32))
+    assert coordinator.model.version == 0
+    assert coordinator.stats().pushes_rejected_non_finite == 2
+    # The group goes on with its next step.
+    waiting = _push_async(coordinator, first, 1, 1.0)
+    coordinator.push(second, 1, 0, 1, {"w": np.ones(3, np.float32)})
+    waiting["thread"].join(10)
+    np.testing.assert_array_equal(_weights(coordinator), np.full(3, -4, np.float32))

@@ -1,0 +1,61 @@
+"""An update that would make the weights NaN or Inf is refused, and nothing changes."""
+
+import numpy as np
+import pytest
+
+from omnikeras.parameter_server.errors import NonFinite
+from omnikeras.parameter_server.model_state import ModelState
+from omnikeras.parameter_server.update_rule import Hyperparameters
+
+LARGEST = np.finfo(np.float32).max
+BIG = LARGEST / 2
+
+
+def _model(weights: dict[str, np.ndarray], **rule: float) -> ModelState:
+    model = ModelState(Hyperparameters(**rule))
+    model.initialize(weights)
+    return model
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_an_update_that_overflows_is_refused_and_changes_nothing(momentum: float) -> None:
+    model = _model({"a": np.ones(3, np.float32), "b": np.array([BIG, 1, 1], np.float32)}, learning_rate=1.0, momentum=momentum)
+    model.apply({"a": np.ones(3, np.float32), "b": np.zeros(3, np.float32)})
+    before = {name: w.copy() for name, w in model.weights.items()}
+    velocities = {name: v.copy() for name, v in model.velocities.items()}
+
+    with pytest.raises(NonFinite, match="'b'"):
+        model.apply({"a": np.ones(3, np.float32), "b": np.array([-LARGEST, 0, 0], np.float32)})
+
+    assert model.version == 1 and model.iterations == 1
+    for name, weight in model.weights.items():
+        np.testing.assert_array_equal(weight, before[name])
+    for name, velocity in model.velocities.items():
+        np.testing.assert_array_equal(velocity, velocities[name])
+
+
+def test_an_update_near_the_limit_that_stays_finite_is_applied_exactly() -> None:
+    model = _model({"w": np.array([BIG, -BIG, 0], np.float32)}, learning_rate=1.0)
+    model.apply({"w": np.array([BIG / 2, -BIG / 2, 1], np.float32)})
+    np.testing.assert_array_equal(model.weights["w"], np.array([BIG / 2, -BIG / 2, -1], np.float32))
+    assert model.version == 1
+
+
+def test_bounds_measured_afresh_let_ordinary_updates_through_after_a_large_one() -> None:
+    # The carried bounds grow with every update; the guard then measures the weights and
+    # applies the update in place when they are far from the limit.
+    model = _model({"w": np.zeros(4, np.float32)}, learning_rate=1.0)
+    model.apply({"w": np.full(4, BIG / 8, np.float32)})
+    model.apply({"w": np.full(4, -BIG / 8, np.float32)})
+    for _ in range(3):
+        model.apply({"w": np.ones(4, np.float32)})
+    np.testing.assert_array_equal(model.weights["w"], np.full(4, -3, np.float32))
+
+
+def test_weight_decay_and_nesterov_momentum_are_bounded_too() -> None:
+    model = _model({"w": np.full(2, BIG / 2, np.float32)}, learning_rate=1.0, momentum=0.5, nesterov=True, weight_decay=0.5)
+    model.apply({"w": np.full(2, -BIG / 4, np.float32)})
+    assert np.isfinite(model.weights["w"]).all() and np.isfinite(model.velocities["w"]).all()
+    with pytest.raises(NonFinite):
+        model.apply({"w": np.full(2, -LARGEST, np.float32)})
+    assert model.version == 1
