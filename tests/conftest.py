@@ -37,6 +37,12 @@ class ServerProcess:
         self.address = line.split()[-1]
         return self
 
+    def rss_mib(self) -> float:
+        """The server's resident memory."""
+        assert self.process is not None
+        status = pathlib.Path(f"/proc/{self.process.pid}/status").read_text()
+        return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS"))) / 1024
+
     def stop(self) -> str:
         """Stops the server as a user would (SIGTERM); returns what it logged."""
         assert self.process is not None

@@ -26,6 +26,11 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
         default=os.environ.get("OMNIKERAS_TOKEN"),
         help="shared secret every call must carry (default: $OMNIKERAS_TOKEN)",
     )
+    parser.add_argument(
+        "--health-port",
+        type=int,
+        help="serve the grpc.health.v1 service also on this port, without the token (for orchestrators)",
+    )
     parser.add_argument("--tls-cert", help="PEM certificate to serve TLS with")
     parser.add_argument("--tls-key", help="PEM private key of --tls-cert")
     parser.set_defaults(run=run)
@@ -45,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
             token=args.token,
             tls_cert=args.tls_cert,
             tls_key=args.tls_key,
+            health_port=args.health_port,
         )
     except ValueError as error:
         print(f"omnikeras ps: {error}", file=sys.stderr)

@@ -1,7 +1,9 @@
 """Optional shared-token authentication and TLS for the parameter server.
 
-The token travels in the `authorization` call metadata as `Bearer <token>`. The standard
-health service stays open so that orchestrators can probe the server without the token.
+The token travels in the `authorization` call metadata as `Bearer <token>`, and every
+call needs it, health checks included: a caller without it reaches no message decoder
+(grpcio keeps memory for calls it cannot decode). Orchestrators that cannot send it probe
+a health port of the server's own (`ParameterServer(health_port=...)`).
 """
 
 import hmac
@@ -10,7 +12,6 @@ from collections.abc import Callable
 import grpc
 
 TOKEN_METADATA_KEY = "authorization"
-_OPEN_SERVICES = ("/grpc.health.v1.Health/",)
 
 
 class TokenInterceptor(grpc.ServerInterceptor):
@@ -25,7 +26,7 @@ class TokenInterceptor(grpc.ServerInterceptor):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler | None:
         handler = continuation(handler_call_details)
-        if handler is None or handler_call_details.method.startswith(_OPEN_SERVICES):
+        if handler is None:
             return handler
         metadata = dict(handler_call_details.invocation_metadata or ())
         presented = str(metadata.get(TOKEN_METADATA_KEY, "")).encode()

@@ -36,11 +36,15 @@ from omnikeras.parameter_server.server_state import Arrays, ServerState
 from omnikeras.parameter_server.update_rule import Hyperparameters
 from omnikeras.v1 import parameter_server_pb2 as pb
 
-# How often a waiting push wakes up to see whether its caller went away.
+# How often a waiting call wakes up to see whether its caller went away.
 _POLL_SECONDS = 0.5
 # Bounds on what a caller may make the server hold. Worker ids stay far from int64's
 # limit, so that every id the server hands out fits its replies.
 MAX_WORKER_ID = 2**31 - 1
+# Workers registered at once, and calls waiting for the model at once: each holds a
+# thread of the server while it waits.
+MAX_WORKERS = 512
+MAX_WAITING_FOR_MODEL = 512
 MAX_GROUPS = 1024
 MAX_SNAPSHOTS = 16
 
@@ -165,6 +169,7 @@ class GroupCoordinator:
         self._batch_of_group: dict[int, tuple[int, tuple[int, ...]]] = {}
         # The checkpoint's version when the server resumed from one; -1 otherwise.
         self.resumed_from_version = -1
+        self._waiting_for_model = 0
 
     # Membership ---------------------------------------------------------------------------
 
@@ -174,6 +179,8 @@ class GroupCoordinator:
                 raise InvalidArgument(f"worker_id must lie in [0, {MAX_WORKER_ID}], got {worker_id}")
             if worker_id == 0 and self._next_worker_id > MAX_WORKER_ID:
                 raise ResourceExhausted("every worker id has been handed out")
+            if worker_id not in self._workers and len(self._workers) >= MAX_WORKERS:
+                raise ResourceExhausted(f"the server holds {MAX_WORKERS} registered workers at most")
             if group >= self.num_groups or group < -1:
                 raise InvalidArgument(f"group {group} is not in [0, {self.num_groups})")
             if worker_id == 0:
@@ -253,10 +260,25 @@ class GroupCoordinator:
             self._cond.notify_all()
             return True
 
-    def wait_for_model(self, timeout: float) -> None:
+    def wait_for_model(self, timeout: float, caller_gone: Callable[[], bool] = lambda: False) -> None:
+        """Waits up to `timeout` seconds for the model, or until the caller goes away."""
+        deadline = time.monotonic() + timeout
         with self._cond:
-            if not self._cond.wait_for(lambda: self.model.initialized, timeout=timeout):
-                self.model.require_initialized()
+            if self.model.initialized:
+                return
+            if self._waiting_for_model >= MAX_WAITING_FOR_MODEL:
+                raise ResourceExhausted(f"{MAX_WAITING_FOR_MODEL} calls are waiting for the model already")
+            self._waiting_for_model += 1
+            try:
+                while not self.model.initialized:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        self.model.require_initialized()
+                    self._cond.wait(min(remaining, _POLL_SECONDS))
+                    if not self.model.initialized and caller_gone():
+                        raise FailedPrecondition("the caller went away while waiting for the model")
+            finally:
+                self._waiting_for_model -= 1
 
     def set_hyperparameters(self, hyperparameters: Hyperparameters) -> None:
         with self._cond:

@@ -13,7 +13,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from omnikeras.parameter_server import auth, shared_memory
 from omnikeras.parameter_server.checkpoints import CheckpointDirectory
-from omnikeras.parameter_server.groups import GroupCoordinator
+from omnikeras.parameter_server.groups import MAX_WAITING_FOR_MODEL, MAX_WORKERS, GroupCoordinator
 from omnikeras.parameter_server.model_state import ModelState
 from omnikeras.parameter_server.servicer import ParameterServerServicer, add_to_server
 from omnikeras.parameter_server.shared_memory_server import SharedMemoryServer
@@ -22,6 +22,10 @@ from omnikeras.parameter_server.update_rule import Hyperparameters
 logger = logging.getLogger(__name__)
 
 SERVICE_NAME = "omnikeras.v1.ParameterServer"
+# Every registered worker may wait in a group step and as many calls for the model, with
+# threads to spare for every other call. A call beyond them is refused at once
+# (RESOURCE_EXHAUSTED) rather than queued behind calls that wait.
+_THREADS = MAX_WORKERS + MAX_WAITING_FOR_MODEL + 64
 
 
 class ParameterServer:
@@ -48,8 +52,12 @@ class ParameterServer:
         checkpoint_dir: Directory for checkpoints; None (the default) disables them.
         checkpoint_every: Seconds between automatic checkpoints; None (the default) writes
             them only on request and at shutdown.
-        token: Shared secret that every call must carry; None (the default) lets any
-            caller in.
+        token: Shared secret that every call must carry, health checks included; None
+            (the default) lets any caller in.
+        health_port: A port of its own for the standard `grpc.health.v1` service, open
+            without the token, for orchestrators that cannot send one; None (the default)
+            serves health checks on `port` only. Keep it reachable by the orchestrator
+            alone: grpcio keeps memory for calls it cannot decode.
         tls_cert, tls_key: PEM files to serve TLS with; None (the default) serves plain
             text.
 
@@ -72,6 +80,7 @@ class ParameterServer:
         token: str | None = None,
         tls_cert: str | None = None,
         tls_key: str | None = None,
+        health_port: int | None = None,
     ) -> None:
         if (tls_cert is None) != (tls_key is None):
             raise ValueError("TLS needs both a certificate and a key")
@@ -86,7 +95,9 @@ class ParameterServer:
         self.checkpoint_every = checkpoint_every
         self.token = token
         self.tls = (tls_cert, tls_key) if tls_cert and tls_key else None
+        self.health_port = health_port
         self._server: grpc.Server | None = None
+        self._health_server: grpc.Server | None = None
         self._shared_memory: SharedMemoryServer | None = None
         self._stopping = threading.Event()
         self._checkpointer: threading.Thread | None = None
@@ -101,8 +112,11 @@ class ParameterServer:
         threadpoolctl.threadpool_limits(limits=1, user_api="blas")
         self._restore()
         interceptors = [auth.TokenInterceptor(self.token)] if self.token else []
-        # Each member of a pending group step holds a thread while it waits.
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=64), interceptors=interceptors)
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=_THREADS, thread_name_prefix="ps-call"),
+            interceptors=interceptors,
+            maximum_concurrent_rpcs=_THREADS,
+        )
         server_id = secrets.token_hex(16)
         if shared_memory.available():
             self._shared_memory = SharedMemoryServer(self.coordinator, server_id, self.token)
@@ -122,6 +136,11 @@ class ParameterServer:
             self.port = server.add_secure_port(bind, auth.server_credentials(*self.tls))
         else:
             self.port = server.add_insecure_port(bind)
+        if self.health_port is not None:
+            self._health_server = grpc.server(futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="ps-health"))
+            health_pb2_grpc.add_HealthServicer_to_server(health_servicer, self._health_server)
+            self.health_port = self._health_server.add_insecure_port(f"{self.host}:{self.health_port}")
+            self._health_server.start()
         server.start()
         for service in ("", SERVICE_NAME):
             health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
@@ -139,6 +158,8 @@ class ParameterServer:
             self._shared_memory.close()
         if self._server is not None:
             self._server.stop(grace).wait()
+        if self._health_server is not None:
+            self._health_server.stop(grace).wait()
         if self._checkpointer is not None:
             self._checkpointer.join()
         model = self.coordinator.model

@@ -140,7 +140,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
         if not 0 <= request.wait_for_model_seconds <= MAX_WAIT_SECONDS:
             raise InvalidArgument(f"wait_for_model_seconds must lie in [0, {MAX_WAIT_SECONDS}]")
         if request.wait_for_model_seconds > 0:
-            self.coordinator.wait_for_model(request.wait_for_model_seconds)
+            self.coordinator.wait_for_model(request.wait_for_model_seconds, caller_gone=lambda: not context.is_active())
         version, chunks = self.coordinator.weights_newer_than(request.newer_than)
         return _weights(version, chunks, push=None)
 

@@ -20,7 +20,7 @@ from omnikeras.parameter_server.errors import (
     NonFinite,
     ParameterServerError,
 )
-from omnikeras.parameter_server.groups import GroupCoordinator
+from omnikeras.parameter_server.groups import MAX_WORKERS, GroupCoordinator
 from omnikeras.parameter_server.shared_memory import SegmentLayout
 from omnikeras.v1 import parameter_server_pb2 as pb
 
@@ -79,6 +79,10 @@ class SharedMemoryServer:
                 if self._closed:
                     connection.close()
                     return
+                if len(self._connections) >= MAX_WORKERS:
+                    # Each connection holds a thread: the worker goes on over gRPC.
+                    connection.close()
+                    continue
                 self._connections.add(connection)
             threading.Thread(
                 target=self._serve, args=(connection,), name="shared-memory-worker", daemon=True

@@ -3,7 +3,6 @@ streams for every RPC get a gRPC status (never UNKNOWN or INTERNAL), the server 
 holds no memory a header merely claims, and a refused call changes nothing."""
 
 import math
-import pathlib
 from collections.abc import Callable, Iterator
 
 import grpc
@@ -33,7 +32,7 @@ class Cluster:
         self.worker = self.client.register().worker_id
         self.client.init_model(WEIGHTS, Hyperparameters(0.1))
         self.stub = pb_grpc.ParameterServerStub(grpc.insecure_channel(self.server.address))
-        self.baseline_rss = self.rss_mib()
+        self.baseline_rss = self.server.rss_mib()
 
     def state(self) -> tuple:
         """What a refused call must leave as it was."""
@@ -45,10 +44,6 @@ class Cluster:
             tuple((g.group, tuple(g.members)) for g in stats.groups),
             tuple((name, weights[name].tobytes()) for name in sorted(weights)),
         )
-
-    def rss_mib(self) -> float:
-        status = pathlib.Path(f"/proc/{self.server.process.pid}/status").read_text()
-        return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS"))) / 1024
 
     def call(self, rpc) -> grpc.StatusCode:
         """Runs one call; checks that it was answered and, if refused, changed nothing."""
@@ -67,7 +62,7 @@ class Cluster:
 def _outlived(cluster: Cluster) -> None:
     """The server is up, answers, and holds no memory a header merely claimed."""
     assert cluster.server.process.poll() is None
-    assert cluster.rss_mib() < cluster.baseline_rss + 200
+    assert cluster.server.rss_mib() < cluster.baseline_rss + 200
     assert cluster.client.stats()[0].model_version >= 0
 
 
