@@ -8,7 +8,7 @@ INSTALLED := $(VENV)/.installed
 # Debian's packages need root: sudo where we are not.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup data run test test-fast protos
+.PHONY: setup data run lint test test-fast protos
 
 setup: $(INSTALLED) data
 
@@ -29,7 +29,11 @@ data:
 run: setup
 	$(PY) -m omnikeras launch --workers 1 examples/fashion_mnist.py --epochs 5
 
-test: setup
+lint: setup
+	$(VENV)/bin/ruff check omnikeras tests benchmarks tools examples
+	$(VENV)/bin/mypy
+
+test: lint
 	$(PY) -m pytest
 
 test-fast: setup

@@ -28,16 +28,16 @@ from collections.abc import Callable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
+import keras
+import numpy as np
 
-import omnikeras  # noqa: E402
-from omnikeras.launcher.processes import start_parameter_server  # noqa: E402
-from omnikeras.parameter_server import shared_memory_client  # noqa: E402
-from omnikeras.profiles.reference_cnn import reference_cnn  # noqa: E402
+import omnikeras
+from omnikeras.launcher.processes import start_parameter_server
+from omnikeras.parameter_server import shared_memory_client
+from omnikeras.profiles.reference_cnn import reference_cnn
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "examples"))
-import fashion_mnist as fashion_mnist_example  # noqa: E402
+import fashion_mnist as fashion_mnist_example
 
 BATCH = 64
 MODELS = {"main": fashion_mnist_example.build_model, "reference": reference_cnn}

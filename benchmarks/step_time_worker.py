@@ -20,7 +20,7 @@ from omnikeras.profiles.reference_cnn import reference_cnn
 
 # The main job's CNN, so that the benchmark times the model `make run` trains.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "examples"))
-import fashion_mnist as fashion_mnist_example  # noqa: E402
+import fashion_mnist as fashion_mnist_example
 
 BATCH = 64
 MODELS = {"main": fashion_mnist_example.build_model, "reference": reference_cnn}

@@ -19,7 +19,7 @@ import omnikeras
 
 # The main job's CNN, so that the benchmark times the model `make run` trains.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "examples"))
-import fashion_mnist as fashion_mnist_example  # noqa: E402
+import fashion_mnist as fashion_mnist_example
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--dataset", choices=["fashion_mnist", "digits"], required=True)

@@ -26,6 +26,7 @@ import importlib
 from typing import Any
 
 from omnikeras.config import WorkerConfig
+from omnikeras.launcher import launch
 from omnikeras.parameter_server import (
     Hyperparameters,
     ParameterServer,
@@ -34,7 +35,6 @@ from omnikeras.parameter_server import (
     PushResult,
     Registration,
 )
-from omnikeras.launcher import launch
 
 __version__ = "0.1.0"
 

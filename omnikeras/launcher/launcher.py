@@ -341,9 +341,9 @@ class _Cluster:
                     continue
                 if self._may_restart(worker):
                     _say(f"{worker.describe_exit()}: restarting it; its group carries on until it is back")
-                    config, *start = self._worker_starts[index]
+                    config, script, script_args, settings, host = self._worker_starts[index]
                     rejoining = dataclasses.replace(config, rejoining=True)
-                    self.workers[index] = self._start_worker(rejoining, *start, "a")
+                    self.workers[index] = self._start_worker(rejoining, script, script_args, settings, host, "a")
                 else:
                     _say(f"{worker.describe_exit()} {MAX_RESTARTS + 1} times; its group carries on without it")
                     given_up.add(index)

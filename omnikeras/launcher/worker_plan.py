@@ -101,11 +101,11 @@ def plan_workers(
             kind, _, number = devices[index].name.strip("/").partition(":")
             environment["CUDA_VISIBLE_DEVICES"] = number if kind == "GPU" else "-1"
         environments.append(environment)
-    message = None
+    placed: str | None = None
     if devices is not None:
-        message = "workers on " + ", ".join(f"{i}: {d.name}" for i, d in enumerate(devices))
+        placed = "workers on " + ", ".join(f"{i}: {d.name}" for i, d in enumerate(devices))
     return WorkerPlan(
-        workers, False, tuple(throughputs) if throughputs else None, tuple(environments), message
+        workers, False, tuple(throughputs) if throughputs else None, tuple(environments), placed
     )
 
 

@@ -50,7 +50,8 @@ class CheckpointDirectory:
         fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=_SUFFIX)
         try:
             with os.fdopen(fd, "wb") as f:
-                np.savez(f, header=np.array(json.dumps(header)), **arrays)
+                # NumPy types **kwds as if one could be allow_pickle.
+                np.savez(f, header=np.array(json.dumps(header)), **arrays)  # type: ignore[arg-type]
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)

@@ -14,7 +14,7 @@ class ParameterServerError(Exception):
     `refusal` the reason it can act on, when there is one."""
 
     code = grpc.StatusCode.INTERNAL
-    refusal: "pb.Refusal.ValueType" = pb.REFUSAL_UNSPECIFIED
+    refusal: "pb.Refusal" = pb.REFUSAL_UNSPECIFIED
 
 
 class InvalidArgument(ParameterServerError, ValueError):
@@ -60,7 +60,7 @@ def shown(name: str) -> str:
     return repr(name if len(name) <= 80 else name[:80] + "...")
 
 
-def refusal_of(error: grpc.RpcError) -> "pb.Refusal.ValueType":
+def refusal_of(error: grpc.RpcError) -> "pb.Refusal":
     """The reason the server gave for refusing a call, from the error the caller got."""
     given = getattr(error, "refusal", None)
     if given is not None:

@@ -4,10 +4,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from omnikeras.parameter_server.update_rule import Hyperparameters
+
 # Weights and momentum buffers, by variable name.
 Arrays = tuple[dict[str, np.ndarray], dict[str, np.ndarray]]
-
-from omnikeras.parameter_server.update_rule import Hyperparameters
 
 
 @dataclass

@@ -10,12 +10,13 @@ from typing import TypeVar
 
 import grpc
 import numpy as np
+from google.protobuf.message import Message
 
 from omnikeras.parameter_server import tensors
 from omnikeras.parameter_server.errors import (
+    REFUSAL_KEY,
     FailedPrecondition,
     InvalidArgument,
-    REFUSAL_KEY,
     NonFinite,
     ParameterServerError,
     shown,
@@ -268,7 +269,7 @@ _HANDLER_FOR = {
 }
 
 
-def _has_chunks(message_type: type) -> bool:
+def _has_chunks(message_type: type[Message]) -> bool:
     return "chunk" in message_type.DESCRIPTOR.fields_by_name
 
 

@@ -106,7 +106,7 @@ class StatusError(grpc.RpcError):
     error the same call raises over gRPC, so that callers handle both alike."""
 
     def __init__(
-        self, code: grpc.StatusCode, details: str, refusal: "pb.Refusal.ValueType" = pb.REFUSAL_UNSPECIFIED
+        self, code: grpc.StatusCode, details: str, refusal: "pb.Refusal" = pb.REFUSAL_UNSPECIFIED
     ) -> None:
         super().__init__(f"{code.name}: {details}")
         self._code = code

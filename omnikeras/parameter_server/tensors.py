@@ -175,7 +175,7 @@ def _slices(
         array = little_endian(array)
         if array.dtype.name not in SUPPORTED_DTYPES:
             raise ValueError(f"{name!r}: dtype {array.dtype} is not one of {sorted(SUPPORTED_DTYPES)}")
-        raw = memoryview(array.reshape(-1)).cast("B")
+        raw = memoryview(array.reshape(-1)).cast("B")  # type: ignore[arg-type]  # NumPy arrays are buffers
         yield VariableSpec.of(name, array).to_proto(), 0, raw[:chunk_bytes]
         for offset in range(chunk_bytes, len(raw), chunk_bytes):
             yield None, offset, raw[offset : offset + chunk_bytes]

@@ -170,4 +170,4 @@ def _positive_in_float32(value: float) -> bool:
     update poisons its weights."""
     with np.errstate(over="ignore"):
         narrowed = np.float32(value)
-    return math.isfinite(value) and bool(np.isfinite(narrowed)) and narrowed > 0
+    return math.isfinite(value) and bool(np.isfinite(narrowed) and narrowed > 0)

@@ -12,14 +12,20 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    # Imported by the caller: importing it here would start TensorFlow before the
+    # thread settings are fixed.
+    import keras
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 def measure_throughput(
-    model: "keras.Model",  # noqa: F821 - keras is imported by the caller
+    model: "keras.Model",
     batch_sizes: Sequence[int],
     repeats: int = 5,
     seconds: float = 1.0,

@@ -50,7 +50,8 @@ def draw_figures(study: optuna.Study, out: pathlib.Path) -> list[Figure]:
         if isinstance(drawn, str):
             figures.append(Figure(title, reason=drawn))
             continue
-        figure = drawn if isinstance(drawn, MatplotlibFigure) else drawn.figure
+        figure = drawn if isinstance(drawn, MatplotlibFigure) else drawn.get_figure(root=True)
+        assert figure is not None
         figure.savefig(out / file, dpi=100, bbox_inches="tight")
         # Optuna draws through pyplot, which keeps its figures until closed; ours never
         # enter pyplot, and closing them is a no-op.
@@ -91,7 +92,9 @@ def _optuna_plot(plot: Callable[[optuna.Study], Axes], study: optuna.Study) -> A
         # Optuna marks its matplotlib plots experimental; the report uses them as they are.
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         axes = plot(study)
-    axes.figure.set_size_inches(8, 5)
+    figure = axes.get_figure(root=True)
+    assert figure is not None
+    figure.set_size_inches(8, 5)
     return axes
 
 
@@ -111,11 +114,11 @@ def _seconds_per_update(study: optuna.Study) -> MatplotlibFigure | str:
         return "no trial recorded its seconds per update"
     figure, axes = _new_figure()
     if timed:
-        axes.scatter(*zip(*timed), marker="s", s=40, alpha=0.7, label="timed (each phase)")
+        axes.scatter(*_columns(timed), marker="s", s=40, alpha=0.7, label="timed (each phase)")
     if measured:
-        axes.scatter(*zip(*measured), marker="o", s=40, alpha=0.7, label="measured (trials)")
+        axes.scatter(*_columns(measured), marker="o", s=40, alpha=0.7, label="measured (trials)")
     if predicted:
-        axes.scatter(*zip(*predicted), marker="x", s=50, label="predicted")
+        axes.scatter(*_columns(predicted), marker="x", s=50, label="predicted")
     axes.set_xscale("log", base=2)
     groups = sorted({g for g, _ in predicted + measured + timed})
     axes.set_xticks(groups, labels=[str(g) for g in groups])
@@ -181,6 +184,10 @@ def _completed(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
 
 def _finite(value: object) -> bool:
     return isinstance(value, int | float) and math.isfinite(value)
+
+
+def _columns(points: list[tuple[int, float]]) -> tuple[list[int], list[float]]:
+    return [x for x, _ in points], [y for _, y in points]
 
 
 def _new_figure() -> tuple[MatplotlibFigure, Axes]:

@@ -20,9 +20,11 @@ from omnikeras.strategy.place import GroupPlace
 class BatchSource(Protocol):
     """The training batches, each readable by its index."""
 
-    # Batches in one pass over the data; None for an endless dataset.
-    batches_per_pass: int | None
     element_spec: Any
+
+    @property
+    def batches_per_pass(self) -> int | None:
+        """Batches in one pass over the data; None for an endless dataset."""
 
     def batch(self, index: int) -> Any:
         """Batch `index` as NumPy arrays, in the structure `fit` reads."""

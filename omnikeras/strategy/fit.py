@@ -12,7 +12,6 @@ from omnikeras.strategy import data
 from omnikeras.strategy.update_rule import learning_rate_of, server_update_rule, uses_schedule
 from omnikeras.strategy.worker import ClusterWorker
 
-
 _CHIEF_ONLY_CALLBACKS = (
     keras.callbacks.ModelCheckpoint,
     keras.callbacks.BackupAndRestore,

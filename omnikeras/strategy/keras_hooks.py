@@ -24,9 +24,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import keras
+import tensorflow as tf
 from keras.src.backend.tensorflow.optimizer import TFOptimizer
 from keras.src.backend.tensorflow.trainer import TensorFlowTrainer, TFEpochIterator
-import tensorflow as tf
 from packaging.version import Version
 
 from omnikeras.strategy.fit import fit_through_server

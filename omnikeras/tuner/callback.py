@@ -136,6 +136,7 @@ class OmnivoreCallback(keras.callbacks.Callback):
             "target_loss": self.target_loss,
         })
         hyperparameters = worker.client.describe().hyperparameters
+        assert worker.place is not None, "the worker registers before training begins"
         compiled = Config(worker.place.num_groups, hyperparameters.learning_rate, hyperparameters.momentum)
         # Under the strategy an epoch is a pass over the data, whose steps Keras does not know.
         epochs, steps = self.params.get("epochs"), self.params.get("steps") or worker.steps_per_epoch
@@ -204,6 +205,7 @@ class _StrategyCluster:
         self._worker.change_update_rule(learning_rate=learning_rate, momentum=momentum)
 
     def set_groups(self, num_groups: int) -> None:
+        assert self._worker.place is not None
         if num_groups != self._worker.place.num_groups:
             self._client.set_groups(num_groups=num_groups)
 

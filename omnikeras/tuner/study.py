@@ -7,6 +7,7 @@ import pathlib
 
 import numpy as np
 import optuna
+import optuna.storages.journal
 
 DEFAULT_STORAGE_DIR = "runs"
 
@@ -28,6 +29,7 @@ def storage_for(
             raise FileNotFoundError(f"no {'journal' if journal else 'SQLite'} file at {path}")
         path.parent.mkdir(parents=True, exist_ok=True)
     if journal:
+        assert path is not None
         return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(os.fspath(path)))
     return storage
 

@@ -9,9 +9,10 @@ import sys
 import time
 
 import pytest
-
 from conftest import needs_emulation
-from omnikeras.emulation import ClusterSpec, EmulatedCluster, EmulationError, cluster as cluster_module
+
+from omnikeras.emulation import ClusterSpec, EmulatedCluster, EmulationError
+from omnikeras.emulation import cluster as cluster_module
 
 pytestmark = needs_emulation
 SPEC = ClusterSpec.from_dict("test", {"link": "100mbit", "hosts": [{"name": "slow", "cpus": 0.25}, {"name": "free"}]})

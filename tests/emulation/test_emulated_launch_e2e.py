@@ -8,7 +8,6 @@ import sys
 import time
 
 import pytest
-
 from cluster_results import result_of
 from conftest import needs_emulation
 

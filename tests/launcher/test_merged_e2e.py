@@ -12,10 +12,9 @@ import sys
 
 import numpy as np
 import pytest
+from cluster_results import result_of, saved_weights
 
 from omnikeras.profiles import ClusterProfile, DeviceProfile
-
-from cluster_results import result_of, saved_weights
 
 SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "strategy" / "cluster_script.py"
 pytestmark = pytest.mark.slow

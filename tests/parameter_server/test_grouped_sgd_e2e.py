@@ -32,7 +32,7 @@ def _run_workers(address: str, workers: int, steps: int, during=None) -> tuple[l
                 expected[index] -= gradient / result.members_combined
                 if during is not None and index == 0:
                     during(step)
-        except BaseException as error:  # noqa: BLE001 - re-raised in the test thread
+        except BaseException as error:
             errors.append(error)
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(workers)]

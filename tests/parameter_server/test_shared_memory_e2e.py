@@ -36,7 +36,7 @@ def _train(address: str, shared_memory: bool, workers: int, steps: int) -> tuple
             for step in range(1, steps + 1):
                 _, pulled = clients[index].push_pull(_gradients(ids[index], step), step=step, example_count=8 * (index + 1))
                 assert pulled.model_version >= step
-        except BaseException as error:  # noqa: BLE001 - re-raised in the test thread
+        except BaseException as error:
             errors.append(error)
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(workers)]

@@ -10,7 +10,6 @@ import time
 
 import numpy as np
 import pytest
-
 from cluster_results import result_of, saved_weights
 
 SCRIPT = pathlib.Path(__file__).with_name("cluster_script.py")

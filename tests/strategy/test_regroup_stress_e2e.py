@@ -5,7 +5,6 @@ import subprocess
 import sys
 
 import pytest
-
 from cluster_results import result_of
 
 SCRIPT = pathlib.Path(__file__).with_name("regroup_script.py")

@@ -7,8 +7,8 @@ import sys
 
 import optuna
 import pytest
-
 from cluster_results import result_of
+
 from omnikeras.tuner import records
 from omnikeras.tuner.records import PhaseRecord, TrialRecord
 
