@@ -200,8 +200,8 @@ def main() -> int:
         child(args.child, args.batch, args.steps, args.server, args.index, args.workers)
         return 0
 
-    from omnikeras.launcher.processes import start_parameter_server
     from omnikeras.launcher.worker_plan import plan_workers
+    from omnikeras.processes import start_parameter_server
     from omnikeras.profiles.hardware import cpu_count
     from omnikeras.profiles.model_spec import REFERENCE
     from omnikeras.profiles.thread_search import search_thread_settings

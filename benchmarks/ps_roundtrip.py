@@ -47,10 +47,10 @@ import grpc
 import numpy as np
 
 from omnikeras.parameter_server import Hyperparameters, ParameterServerClient, tensors
+from omnikeras.processes import SERVER_READY
 
 _ECHO_METHOD = "/omnikeras.bench.Echo/Echo"
 _ECHO_READY = "echo listening on "
-_PS_READY = "omnikeras ps listening on "
 _HYPERPARAMETERS = Hyperparameters(learning_rate=1e-3)
 
 
@@ -161,7 +161,7 @@ class Process:
 def start_ps(groups: int) -> Process:
     return Process(
         [sys.executable, "-m", "omnikeras", "ps", "--port", "0", "--groups", str(groups)],
-        _PS_READY,
+        SERVER_READY,
     )
 
 

@@ -32,8 +32,8 @@ import keras
 import numpy as np
 
 import omnikeras
-from omnikeras.launcher.processes import start_parameter_server
 from omnikeras.parameter_server import shared_memory_client
+from omnikeras.processes import start_parameter_server
 from omnikeras.profiles.reference_cnn import reference_cnn
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "examples"))

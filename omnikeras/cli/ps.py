@@ -8,6 +8,7 @@ import sys
 import threading
 
 from omnikeras.parameter_server import Hyperparameters, ParameterServer
+from omnikeras.processes import SERVER_READY
 
 
 def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -60,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(signum, lambda *_: stop.set())
     server.start()
     # Launchers and tests read this line to learn the port when --port is 0.
-    print(f"omnikeras ps listening on {server.address}", flush=True)
+    print(f"{SERVER_READY}{server.address}", flush=True)
     stop.wait()
     server.stop()
     return 0

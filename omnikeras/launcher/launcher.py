@@ -15,8 +15,8 @@ from types import FrameType
 
 from omnikeras.config import ENV_VAR, WorkerConfig
 from omnikeras.emulation import ClusterSpec, EmulatedCluster, FaultInjector, FaultSpec, HostSpec
-from omnikeras.launcher.processes import Child, ServerStartError, start_parameter_server
 from omnikeras.launcher.worker_plan import WorkerPlan, plan_emulated_workers, plan_workers
+from omnikeras.processes import Child, ServerStartError, start_parameter_server
 from omnikeras.profiles.hardware import cpu_count, visible_gpu_count
 from omnikeras.profiles.profile import ClusterProfile
 from omnikeras.profiles.thread_cache import cached_thread_settings

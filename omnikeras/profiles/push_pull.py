@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from omnikeras.launcher.processes import start_parameter_server
 from omnikeras.parameter_server import Hyperparameters, ParameterServerClient
+from omnikeras.processes import start_parameter_server
 
 
 def measure_push_pull(parameters: Sequence[tuple[Sequence[int], str]], repeats: int = 20) -> float:

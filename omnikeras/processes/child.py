@@ -10,9 +10,10 @@ import time
 from collections.abc import Sequence
 from typing import IO
 
-from omnikeras.launcher import console
+from omnikeras.processes import console
 
-_READY = "omnikeras ps listening on "
+# What `omnikeras ps` prints, followed by its address, once it serves.
+SERVER_READY = "omnikeras ps listening on "
 
 
 class Child:
@@ -104,10 +105,10 @@ def start_parameter_server(
     command = [*prefix, sys.executable, "-m", "omnikeras", "ps", "--port", "0", *args]
     server = Child(name, command, dict(env if env is not None else os.environ), log, read_stdout=True)
     line = server.read_line(timeout=60)
-    if not line.startswith(_READY):
+    if not line.startswith(SERVER_READY):
         server.terminate()
         raise ServerStartError(f"{server.describe_exit()} before it listened")
-    return server, line.removeprefix(_READY).strip()
+    return server, line.removeprefix(SERVER_READY).strip()
 
 
 def _signal_group(pid: int, signum: int) -> None:

@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from omnikeras.launcher.console import is_native_log, relay
+from omnikeras.processes.console import is_native_log, relay
 
 NOISE = [
     "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
