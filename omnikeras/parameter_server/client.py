@@ -1,5 +1,6 @@
 """The Python client of the parameter server: one worker's view of the (sharded) model."""
 
+import dataclasses
 import logging
 import socket
 from collections.abc import Callable, Iterator, Mapping
@@ -11,34 +12,17 @@ import grpc
 import numpy as np
 
 from omnikeras.parameter_server import tensors
-from omnikeras.parameter_server.groups import PushResult
 from omnikeras.parameter_server.placement import balance_by_bytes
 from omnikeras.parameter_server.shard import ShardConnection
 from omnikeras.parameter_server.shared_memory import available as shared_memory_available
 from omnikeras.parameter_server.shared_memory_client import SharedMemoryChannel
 from omnikeras.parameter_server.update_rule import Hyperparameters
+from omnikeras.parameter_server.values import Description, PullResult, PushResult, Registration, Stats
 from omnikeras.v1 import parameter_server_pb2 as pb
 
 _T = TypeVar("_T")
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Registration:
-    worker_id: int
-    group: int
-    num_groups: int
-    model_initialized: bool
-    hyperparameters: Hyperparameters
-
-
-@dataclass(frozen=True)
-class PullResult:
-    # The oldest version among the shards that answered.
-    model_version: int
-    # Only the variables of shards that had something newer when `only_if_newer` was set.
-    weights: dict[str, np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -103,6 +87,8 @@ class ParameterServerClient:
         # Per shard: its channel, or None where it stays on gRPC; None until tried.
         self._channels: list[SharedMemoryChannel | None] | None = None
         self._versions = [0] * len(self.shards)
+        # The layout version each shard last told this client of.
+        self._layouts = [0] * len(self.shards)
         # Each shard's server id at this client's registration.
         self._registered_with = [""] * len(self.shards)
         self._pool = futures.ThreadPoolExecutor(len(self.shards)) if len(self.shards) > 1 else None
@@ -120,6 +106,7 @@ class ParameterServerClient:
             replies.append(reply)
         self.worker_id = worker_id
         self._versions = [r.model_version for r in replies]
+        self._layouts = [0] * len(self.shards)
         self._registered_with = [r.server_id for r in replies]
         self._forget_model()
         return Registration(
@@ -198,7 +185,7 @@ class ParameterServerClient:
 
         def send(index: int, shard: ShardConnection) -> PushResult:
             requests = self._push_requests(index, gradients, step, example_count, batch)
-            return PushResult.from_proto(shard.call(lambda: shard.tensor_stub.Push(requests(), timeout=self.timeout, metadata=shard.metadata)))
+            return self._result(index, shard.call(lambda: shard.tensor_stub.Push(requests(), timeout=self.timeout, metadata=shard.metadata)))
 
         return self._each(send)[0]
 
@@ -221,7 +208,7 @@ class ParameterServerClient:
                 mine = self._shard_part(index, gradients)
                 try:
                     push, version, weights = channel.push_pull(mine, header)
-                    return PushResult.from_proto(push), version, weights
+                    return self._result(index, push), version, weights
                 except OSError:
                     # The shard went away (a restart, say): gRPC retries until it is back.
                     broken.append(shard.address)
@@ -231,7 +218,7 @@ class ParameterServerClient:
                 header, version, weights = _read_weights(
                     shard.tensor_stub.PushPull(requests(), timeout=self.timeout, metadata=shard.metadata)
                 )
-                return PushResult.from_proto(header.push), version, weights
+                return self._result(index, header.push), version, weights
 
             return shard.call(attempt)
 
@@ -249,31 +236,26 @@ class ParameterServerClient:
         before the first `push_pull`."""
         return [shard.address for shard, channel in zip(self.shards, self._channels or []) if channel is not None]
 
-    def describe(self) -> pb.DescribeReply:
+    def describe(self) -> Description:
         """The variables, hyperparameters and groups, with the variables of every shard."""
-        replies = self._each(
-            lambda i, s: s.call(lambda: s.stub.Describe(pb.DescribeRequest(), timeout=30, metadata=s.metadata))
+        described = self._each(lambda i, s: self._describe(s))
+        return dataclasses.replace(
+            described[0],
+            model_version=min(d.model_version for d in described),
+            model_initialized=all(d.model_initialized for d in described),
+            # The shard that restarted, when one did.
+            resumed_from_version=max(d.resumed_from_version for d in described),
+            variables=tuple(v for d in described for v in d.variables),
         )
-        merged = pb.DescribeReply()
-        merged.CopyFrom(replies[0])
-        merged.model_version = min(r.model_version for r in replies)
-        merged.model_initialized = all(r.model_initialized for r in replies)
-        # The shard that restarted, when one did.
-        merged.resumed_from_version = max(r.resumed_from_version for r in replies)
-        for reply in replies[1:]:
-            merged.variables.extend(reply.variables)
-        return merged
 
     def restarted_shards(self) -> list[str]:
         """Addresses of the shards whose server is not the one this client registered
         with: they restarted since (and know none of their workers until they register)."""
-        replies = self._each(
-            lambda i, s: s.call(lambda: s.stub.Describe(pb.DescribeRequest(), timeout=30, metadata=s.metadata))
-        )
+        described = self._each(lambda i, s: self._describe(s))
         return [
             shard.address
-            for shard, reply, registered in zip(self.shards, replies, self._registered_with)
-            if reply.server_id != registered
+            for shard, description, registered in zip(self.shards, described, self._registered_with)
+            if description.server_id != registered
         ]
 
     # Control ------------------------------------------------------------------------------
@@ -313,9 +295,11 @@ class ParameterServerClient:
         )
         return max(r.model_version for r in replies)
 
-    def stats(self) -> list[pb.StatsReply]:
+    def stats(self) -> list[Stats]:
         """Each shard's statistics: versions, staleness histograms per group, counters."""
-        return self._each(lambda i, s: s.call(lambda: s.stub.GetStats(pb.StatsRequest(), timeout=30, metadata=s.metadata)))
+        return self._each(
+            lambda i, s: Stats.from_proto(s.call(lambda: s.stub.GetStats(pb.StatsRequest(), timeout=30, metadata=s.metadata)))
+        )
 
     def checkpoint(self) -> list[str]:
         """Makes every shard write a checkpoint now; returns their paths."""
@@ -357,6 +341,7 @@ class ParameterServerClient:
             step=step,
             model_version=self._versions[index],
             example_count=example_count,
+            known_layout_version=self._layouts[index],
         )
         # The first shard hands out the batches: the others see the groups' steps complete
         # in their own order.
@@ -376,11 +361,21 @@ class ParameterServerClient:
         if self._shard_models is None:
             models = []
             for shard in self.shards:
-                reply = shard.call(lambda: shard.stub.Describe(pb.DescribeRequest(), timeout=30, metadata=shard.metadata))
-                specs = {spec.name: tensors.VariableSpec.from_proto(spec) for spec in reply.variables}
-                models.append(_ShardModel(specs, reply.shared_memory_socket, reply.server_id))
+                described = self._describe(shard)
+                specs = {spec.name: spec for spec in described.variables}
+                models.append(_ShardModel(specs, described.shared_memory_socket, described.server_id))
             self._shard_models = models
         return self._shard_models
+
+    def _describe(self, shard: ShardConnection) -> Description:
+        return Description.from_proto(
+            shard.call(lambda: shard.stub.Describe(pb.DescribeRequest(), timeout=30, metadata=shard.metadata))
+        )
+
+    def _result(self, index: int, reply: pb.PushReply) -> PushResult:
+        result = PushResult.from_proto(reply)
+        self._layouts[index] = result.layout_version
+        return result
 
     def _connect(self) -> list[SharedMemoryChannel | None]:
         """The shared-memory channel to each shard, connected at the first push; None

@@ -1,6 +1,8 @@
 """The errors that the parameter server turns into gRPC statuses, and the reason a caller
 reads back from one (`refusal_of`)."""
 
+import enum
+
 import grpc
 
 from omnikeras.v1 import parameter_server_pb2 as pb
@@ -9,12 +11,32 @@ from omnikeras.v1 import parameter_server_pb2 as pb
 REFUSAL_KEY = "omnikeras-refusal"
 
 
+class Refusal(enum.IntEnum):
+    """Why the server refused a call, where the caller can act on it (`pb.Refusal`)."""
+
+    UNSPECIFIED = pb.REFUSAL_UNSPECIFIED
+    # Register (again): the server does not know the worker.
+    NOT_REGISTERED = pb.NOT_REGISTERED
+    # Register again: the worker missed its group's deadline.
+    DROPPED = pb.DROPPED
+    # Carry on from the newest weights: the gradient, or the update it made, held NaN or Inf.
+    NON_FINITE = pb.NON_FINITE
+
+    @classmethod
+    def of(cls, value: int) -> "Refusal":
+        """The refusal numbered `value`; UNSPECIFIED for one this client does not know."""
+        try:
+            return cls(value)
+        except ValueError:
+            return cls.UNSPECIFIED
+
+
 class ParameterServerError(Exception):
     """A request the server refuses; `code` is the gRPC status the caller receives, and
     `refusal` the reason it can act on, when there is one."""
 
     code = grpc.StatusCode.INTERNAL
-    refusal: "pb.Refusal" = pb.REFUSAL_UNSPECIFIED
+    refusal = Refusal.UNSPECIFIED
 
 
 class InvalidArgument(ParameterServerError, ValueError):
@@ -38,17 +60,17 @@ class ResourceExhausted(ParameterServerError):
 
 
 class NotRegistered(NotFound):
-    refusal = pb.NOT_REGISTERED
+    refusal = Refusal.NOT_REGISTERED
 
 
 class Dropped(FailedPrecondition):
-    refusal = pb.DROPPED
+    refusal = Refusal.DROPPED
 
 
 class NonFinite(InvalidArgument):
     """A tensor holds NaN or Inf values."""
 
-    refusal = pb.NON_FINITE
+    refusal = Refusal.NON_FINITE
 
     def __init__(self, what: str, name: str) -> None:
         super().__init__(f"{what} {shown(name)} holds NaN or Inf values; rejected")
@@ -60,13 +82,13 @@ def shown(name: str) -> str:
     return repr(name if len(name) <= 80 else name[:80] + "...")
 
 
-def refusal_of(error: grpc.RpcError) -> "pb.Refusal":
+def refusal_of(error: grpc.RpcError) -> Refusal:
     """The reason the server gave for refusing a call, from the error the caller got."""
     given = getattr(error, "refusal", None)
     if given is not None:
-        return given
+        return Refusal.of(given)
     trailing = error.trailing_metadata() if isinstance(error, grpc.Call) else None
     for key, value in trailing or ():
-        if key == REFUSAL_KEY and value.isdigit() and int(value) in pb.Refusal.values():
-            return pb.Refusal.Value(pb.Refusal.Name(int(value)))
-    return pb.REFUSAL_UNSPECIFIED
+        if key == REFUSAL_KEY and value.isdigit():
+            return Refusal.of(int(value))
+    return Refusal.UNSPECIFIED

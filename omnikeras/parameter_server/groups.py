@@ -34,7 +34,7 @@ from omnikeras.parameter_server.errors import (
 from omnikeras.parameter_server.model_state import ModelState
 from omnikeras.parameter_server.server_state import Arrays, ServerState
 from omnikeras.parameter_server.update_rule import Hyperparameters
-from omnikeras.v1 import parameter_server_pb2 as pb
+from omnikeras.parameter_server.values import GroupLayout, GroupStats, PushResult, Stats
 
 # How often a waiting call wakes up to see whether its caller went away.
 _POLL_SECONDS = 0.5
@@ -47,43 +47,6 @@ MAX_WORKERS = 512
 MAX_WAITING_FOR_MODEL = 512
 MAX_GROUPS = 1024
 MAX_SNAPSHOTS = 16
-
-
-@dataclass(frozen=True)
-class PushResult:
-    model_version: int
-    group: int
-    members_combined: int
-    # Training is over: the worker should stop and deregister.
-    stop_requested: bool = False
-    # Changes whenever groups or their members change.
-    layout_version: int = 0
-    # The batch the worker reads at its next step, and the workers that share it.
-    next_batch: int = -1
-    next_members: tuple[int, ...] = ()
-
-    @classmethod
-    def from_proto(cls, reply: pb.PushReply) -> "PushResult":
-        return cls(
-            reply.model_version,
-            reply.group,
-            reply.group_members_combined,
-            reply.stop_requested,
-            reply.layout_version,
-            reply.next_batch,
-            tuple(reply.next_members),
-        )
-
-    def to_proto(self) -> pb.PushReply:
-        return pb.PushReply(
-            model_version=self.model_version,
-            group=self.group,
-            group_members_combined=self.members_combined,
-            stop_requested=self.stop_requested,
-            layout_version=self.layout_version,
-            next_batch=self.next_batch,
-            next_members=self.next_members,
-        )
 
 
 @dataclass
@@ -109,28 +72,6 @@ class _Worker:
     last_step: int = -1
     # What its last push got: a retry of that push gets the same.
     last_result: PushResult | NonFinite | None = None
-
-
-@dataclass(frozen=True)
-class GroupStats:
-    group: int
-    members: list[int]
-    updates_applied: int
-    staleness_histogram: dict[int, int]
-    # The batch the group reads at its current step, and the workers that share it; -1
-    # for a group without members.
-    next_batch: int = -1
-    next_members: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True)
-class CoordinatorStats:
-    model_version: int
-    updates_applied: int
-    pushes_received: int
-    pushes_rejected_non_finite: int
-    workers_dropped: int
-    groups: list[GroupStats]
 
 
 class GroupCoordinator:
@@ -328,6 +269,7 @@ class GroupCoordinator:
         gradients: dict[str, np.ndarray],
         caller_gone: Callable[[], bool] = lambda: False,
         batch: int | None = None,
+        known_layout: int = 0,
     ) -> PushResult:
         """Adds one member's gradient to its group step and waits until that step is applied.
 
@@ -353,28 +295,39 @@ class GroupCoordinator:
                     f"restored at version {self._restored_at}: pull and compute again"
                 )
             if step <= worker.last_step:
-                return self._reply(self._duplicate(worker_id, worker, step, caller_gone))
+                return self._reply(known_layout, self._duplicate(worker_id, worker, step, caller_gone))
             group = worker.group
             contribution = _Contribution(gradients, example_count, computed_at)
             worker.last_step = step
             if batch is not None and batch != self._batch(group)[0]:
                 try:
-                    worker.last_result = self._next(self._apply(group, [contribution]), group)
+                    result = self._next(self._apply(group, [contribution]), group)
                 except NonFinite as refusal:
                     worker.last_result = refusal
                     self._rejected_non_finite += 1
                     raise
-                return self._reply(worker.last_result)
+                worker.last_result = result
+                return self._reply(known_layout, result)
             pending = self._pending.get(group)
             if pending is None:
                 pending = self._pending[group] = _GroupStep(time.monotonic() + self.group_timeout)
             pending.contributions[worker_id] = contribution
             if self._members(group) <= pending.contributions.keys():
                 self._complete(group)
-            return self._reply(self._wait(pending, group, caller_gone))
+            return self._reply(known_layout, self._wait(pending, group, caller_gone))
 
-    def _reply(self, result: PushResult) -> PushResult:
-        return dataclasses.replace(result, stop_requested=self._stop_requested, layout_version=self._layout_version)
+    def _reply(self, known_layout: int, result: PushResult) -> PushResult:
+        """`result` as of now: whether training is over, and the layout, if it changed
+        since the pusher's `known_layout`."""
+        layout = None
+        if known_layout != self._layout_version:
+            members: list[list[int]] = [[] for _ in range(self.num_groups)]
+            for worker_id, worker in sorted(self._workers.items()):
+                members[worker.group].append(worker_id)
+            layout = GroupLayout(self._layout_version, tuple(tuple(m) for m in members))
+        return dataclasses.replace(
+            result, stop_requested=self._stop_requested, layout_version=self._layout_version, layout=layout
+        )
 
     def _next(self, result: PushResult, group: int) -> PushResult:
         """`result` naming the batch `group` reads next."""
@@ -516,25 +469,30 @@ class GroupCoordinator:
 
     # Stats and checkpoints ----------------------------------------------------------------
 
-    def stats(self) -> CoordinatorStats:
+    def stats(self) -> Stats:
         with self._cond:
             occupied = {worker.group for worker in self._workers.values()}
-            return CoordinatorStats(
+            updates_applied = sum(self._updates.values())
+            return Stats(
                 model_version=self.model.version,
-                updates_applied=sum(self._updates.values()),
+                updates_applied=updates_applied,
                 pushes_received=self._pushes_received,
                 pushes_rejected_non_finite=self._rejected_non_finite,
                 workers_dropped=self._workers_dropped,
-                groups=[
+                parameter_count=self.model.parameter_count,
+                parameter_bytes=self.model.parameter_bytes,
+                hyperparameters=self.model.hyperparameters,
+                groups=tuple(
                     GroupStats(
                         group=g,
-                        members=sorted(self._members(g)),
+                        members=tuple(sorted(self._members(g))),
                         updates_applied=self._updates[g],
                         staleness_histogram=dict(self._staleness[g]),
                         **self._batch_stats(g, occupied),
                     )
                     for g in range(self.num_groups)
-                ],
+                ),
+                mean_apply_seconds=self.model.apply_seconds_total / max(updates_applied, 1),
             )
 
     def _batch_stats(self, group: int, occupied: set[int]) -> dict:

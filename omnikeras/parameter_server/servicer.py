@@ -1,6 +1,7 @@
 """The gRPC face of the parameter server: turns messages into `GroupCoordinator` calls and
 `ParameterServerError`s into gRPC statuses."""
 
+import dataclasses
 import functools
 import logging
 import pathlib
@@ -21,8 +22,9 @@ from omnikeras.parameter_server.errors import (
     ParameterServerError,
     shown,
 )
-from omnikeras.parameter_server.groups import GroupCoordinator, PushResult
+from omnikeras.parameter_server.groups import GroupCoordinator
 from omnikeras.parameter_server.update_rule import Hyperparameters
+from omnikeras.parameter_server.values import Description, PushResult
 from omnikeras.v1 import parameter_server_pb2 as pb
 from omnikeras.v1 import parameter_server_pb2_grpc as pb_grpc
 
@@ -121,16 +123,16 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
     @_status_on_error
     def Describe(self, request: pb.DescribeRequest, context: grpc.ServicerContext) -> pb.DescribeReply:
         model = self.coordinator.model
-        return pb.DescribeReply(
+        return Description(
             model_initialized=model.initialized,
             model_version=model.version,
-            variables=[spec.to_proto() for spec in model.specs.values()],
-            hyperparameters=self.coordinator.hyperparameters().to_proto(),
+            variables=tuple(model.specs.values()),
+            hyperparameters=self.coordinator.hyperparameters(),
             num_groups=self.coordinator.num_groups,
             shared_memory_socket=self.shared_memory_socket,
             server_id=self.server_id,
             resumed_from_version=self.coordinator.resumed_from_version,
-        )
+        ).to_proto()
 
     @_status_on_error
     def Push(self, request_iterator: Iterator[tensors.Received[pb.PushRequest]], context: grpc.ServicerContext) -> pb.PushReply:
@@ -168,31 +170,8 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
 
     @_status_on_error
     def GetStats(self, request: pb.StatsRequest, context: grpc.ServicerContext) -> pb.StatsReply:
-        stats = self.coordinator.stats()
-        model = self.coordinator.model
-        return pb.StatsReply(
-            model_version=stats.model_version,
-            updates_applied=stats.updates_applied,
-            pushes_received=stats.pushes_received,
-            pushes_rejected_non_finite=stats.pushes_rejected_non_finite,
-            workers_dropped=stats.workers_dropped,
-            parameter_count=model.parameter_count,
-            parameter_bytes=model.parameter_bytes,
-            hyperparameters=self.coordinator.hyperparameters().to_proto(),
-            groups=[
-                pb.GroupStats(
-                    group=g.group,
-                    members=g.members,
-                    updates_applied=g.updates_applied,
-                    staleness_histogram=g.staleness_histogram,
-                    next_batch=g.next_batch,
-                    next_members=g.next_members,
-                )
-                for g in stats.groups
-            ],
-            mean_apply_seconds=model.apply_seconds_total / max(stats.updates_applied, 1),
-            uptime_seconds=time.monotonic() - self._started,
-        )
+        stats = dataclasses.replace(self.coordinator.stats(), uptime_seconds=time.monotonic() - self._started)
+        return stats.to_proto()
 
     @_status_on_error
     def RequestStop(self, request: pb.RequestStopRequest, context: grpc.ServicerContext) -> pb.RequestStopReply:
@@ -236,6 +215,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
             gradients,
             caller_gone=lambda: not context.is_active(),
             batch=header.batch if header.HasField("batch") else None,
+            known_layout=header.known_layout_version,
         )
 
 

@@ -21,6 +21,7 @@ import grpc
 import numpy as np
 from google.protobuf.message import Message
 
+from omnikeras.parameter_server.errors import Refusal
 from omnikeras.parameter_server.tensors import VariableSpec
 from omnikeras.v1 import parameter_server_pb2 as pb
 
@@ -106,7 +107,7 @@ class StatusError(grpc.RpcError):
     error the same call raises over gRPC, so that callers handle both alike."""
 
     def __init__(
-        self, code: grpc.StatusCode, details: str, refusal: "pb.Refusal" = pb.REFUSAL_UNSPECIFIED
+        self, code: grpc.StatusCode, details: str, refusal: Refusal = Refusal.UNSPECIFIED
     ) -> None:
         super().__init__(f"{code.name}: {details}")
         self._code = code
@@ -122,7 +123,7 @@ class StatusError(grpc.RpcError):
 
     @classmethod
     def of(cls, reply: pb.SharedMemoryReply) -> "StatusError":
-        return cls(_STATUS_CODES.get(reply.code, grpc.StatusCode.UNKNOWN), reply.message, reply.refusal)
+        return cls(_STATUS_CODES.get(reply.code, grpc.StatusCode.UNKNOWN), reply.message, Refusal.of(reply.refusal))
 
 
 _STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}

@@ -156,6 +156,7 @@ class SharedMemoryServer:
                 dict(gradients),
                 caller_gone=lambda: shared_memory.peer_closed(connection),
                 batch=header.batch if header.HasField("batch") else None,
+                known_layout=header.known_layout_version,
             )
             version = self.coordinator.copy_weights(weights)
         except ParameterServerError as error:
@@ -164,4 +165,4 @@ class SharedMemoryServer:
 
 
 def _status_reply(error: ParameterServerError) -> pb.SharedMemoryReply:
-    return pb.SharedMemoryReply(code=error.code.value[0], message=str(error), refusal=error.refusal)
+    return pb.SharedMemoryReply(code=error.code.value[0], message=str(error), refusal=pb.Refusal.Name(error.refusal))

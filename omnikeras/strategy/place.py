@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from omnikeras.v1 import parameter_server_pb2 as pb
+from omnikeras.parameter_server import GroupLayout
 
 
 @dataclass(frozen=True)
@@ -41,14 +41,12 @@ class GroupPlace:
         return size
 
     @classmethod
-    def of(
-        cls, worker_id: int, groups: Sequence[pb.GroupStats], throughput_of: Callable[[int], float]
-    ) -> "GroupPlace":
+    def of(cls, worker_id: int, layout: GroupLayout, throughput_of: Callable[[int], float]) -> "GroupPlace":
         """The place of `worker_id` in the server's groups."""
-        mine = next((g for g in groups if worker_id in g.members), None)
-        if mine is None:
+        group = layout.group_of(worker_id)
+        if group is None:
             raise RuntimeError(f"worker {worker_id} is in no group: it was dropped or never joined")
-        return cls.among(worker_id, mine.members, throughput_of, mine.group, len(groups))
+        return cls.among(worker_id, layout.groups[group], throughput_of, group, len(layout.groups))
 
     @classmethod
     def among(

@@ -14,12 +14,11 @@ import numpy as np
 import tensorflow as tf
 
 from omnikeras.config import WorkerConfig
-from omnikeras.parameter_server import Hyperparameters, ParameterServerClient, PushResult
-from omnikeras.parameter_server.errors import refusal_of
+from omnikeras.parameter_server import GroupLayout, Hyperparameters, ParameterServerClient, PushResult
+from omnikeras.parameter_server.errors import Refusal, refusal_of
 from omnikeras.strategy import data
 from omnikeras.strategy.place import GroupPlace
 from omnikeras.strategy.update_rule import model_statistics, server_update_rule
-from omnikeras.v1 import parameter_server_pb2 as pb
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +64,6 @@ class ClusterWorker:
         self.failure: Exception | None = None
         # Set when this worker comes back after the chief ended training.
         self._training_over = False
-        self._layout_version = -1
         # Training examples in `fit`'s data (None for a dataset of unknown length), and the
         # data itself, whose first examples make the probe batch.
         self.examples: int | None = None
@@ -223,17 +221,16 @@ class ClusterWorker:
                 self._take_place(with_next_batch=True)
                 return self._pull_current(names)
             refusal = refusal_of(error)
-            if refusal in (pb.DROPPED, pb.NOT_REGISTERED):
+            if refusal in (Refusal.DROPPED, Refusal.NOT_REGISTERED):
                 return self._rejoin(names, error.details() or "")
-            if refusal != pb.NON_FINITE:
+            if refusal != Refusal.NON_FINITE:
                 raise
             return self._skip_step(names)
         self.rejected_steps = 0
         self.last_push = result
         self.next_batch, self._next_members = result.next_batch, result.next_members
-        if result.layout_version != self._layout_version:
-            self._layout_version = result.layout_version
-            self._take_place()
+        if result.layout is not None:
+            self._settle(result.layout)
         return self._weights_of(names, pulled.weights)
 
     def _weights_of(self, names: Sequence[str], weights: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -299,7 +296,15 @@ class ClusterWorker:
         """Looks up this worker's group and, `with_next_batch`, the batch it reads next
         (which a push's reply names otherwise)."""
         groups = self.client.stats()[0].groups
-        place = GroupPlace.of(self.config.worker_id, groups, self.config.throughput_of)
+        place = self._settle(GroupLayout(0, tuple(g.members for g in groups)))
+        if with_next_batch:
+            mine = groups[place.group]
+            self.next_batch, self._next_members = mine.next_batch, mine.next_members
+        return place
+
+    def _settle(self, layout: GroupLayout) -> GroupPlace:
+        """Takes this worker's place in `layout`: its group, and its share of each batch."""
+        place = GroupPlace.of(self.config.worker_id, layout, self.config.throughput_of)
         if place.min_batch_size() > self.batch_size:
             raise ValueError(
                 f"a batch of {self.batch_size} cannot be shared by the {len(place.members)} "
@@ -312,9 +317,6 @@ class ClusterWorker:
                 100 * (place.stop - place.start),
             )
         self.place = place
-        if with_next_batch:
-            mine = groups[place.group]
-            self.next_batch, self._next_members = mine.next_batch, tuple(mine.next_members)
         return place
 
     def _workers_joined(self) -> int:

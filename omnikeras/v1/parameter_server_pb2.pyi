@@ -119,18 +119,20 @@ class InitModelReply(_message.Message):
     def __init__(self, model_version: _Optional[int] = ..., initialized_by_caller: _Optional[bool] = ...) -> None: ...
 
 class PushHeader(_message.Message):
-    __slots__ = ("worker_id", "step", "model_version", "example_count", "batch")
+    __slots__ = ("worker_id", "step", "model_version", "example_count", "batch", "known_layout_version")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     EXAMPLE_COUNT_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
+    KNOWN_LAYOUT_VERSION_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     step: int
     model_version: int
     example_count: int
     batch: int
-    def __init__(self, worker_id: _Optional[int] = ..., step: _Optional[int] = ..., model_version: _Optional[int] = ..., example_count: _Optional[int] = ..., batch: _Optional[int] = ...) -> None: ...
+    known_layout_version: int
+    def __init__(self, worker_id: _Optional[int] = ..., step: _Optional[int] = ..., model_version: _Optional[int] = ..., example_count: _Optional[int] = ..., batch: _Optional[int] = ..., known_layout_version: _Optional[int] = ...) -> None: ...
 
 class PushRequest(_message.Message):
     __slots__ = ("header", "chunk")
@@ -141,7 +143,7 @@ class PushRequest(_message.Message):
     def __init__(self, header: _Optional[_Union[PushHeader, _Mapping]] = ..., chunk: _Optional[_Union[TensorChunk, _Mapping]] = ...) -> None: ...
 
 class PushReply(_message.Message):
-    __slots__ = ("model_version", "group", "group_members_combined", "stop_requested", "layout_version", "next_batch", "next_members")
+    __slots__ = ("model_version", "group", "group_members_combined", "stop_requested", "layout_version", "next_batch", "next_members", "layout")
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     GROUP_MEMBERS_COMBINED_FIELD_NUMBER: _ClassVar[int]
@@ -149,6 +151,7 @@ class PushReply(_message.Message):
     LAYOUT_VERSION_FIELD_NUMBER: _ClassVar[int]
     NEXT_BATCH_FIELD_NUMBER: _ClassVar[int]
     NEXT_MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    LAYOUT_FIELD_NUMBER: _ClassVar[int]
     model_version: int
     group: int
     group_members_combined: int
@@ -156,7 +159,22 @@ class PushReply(_message.Message):
     layout_version: int
     next_batch: int
     next_members: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, model_version: _Optional[int] = ..., group: _Optional[int] = ..., group_members_combined: _Optional[int] = ..., stop_requested: _Optional[bool] = ..., layout_version: _Optional[int] = ..., next_batch: _Optional[int] = ..., next_members: _Optional[_Iterable[int]] = ...) -> None: ...
+    layout: GroupLayout
+    def __init__(self, model_version: _Optional[int] = ..., group: _Optional[int] = ..., group_members_combined: _Optional[int] = ..., stop_requested: _Optional[bool] = ..., layout_version: _Optional[int] = ..., next_batch: _Optional[int] = ..., next_members: _Optional[_Iterable[int]] = ..., layout: _Optional[_Union[GroupLayout, _Mapping]] = ...) -> None: ...
+
+class GroupLayout(_message.Message):
+    __slots__ = ("version", "groups")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    groups: _containers.RepeatedCompositeFieldContainer[GroupMembers]
+    def __init__(self, version: _Optional[int] = ..., groups: _Optional[_Iterable[_Union[GroupMembers, _Mapping]]] = ...) -> None: ...
+
+class GroupMembers(_message.Message):
+    __slots__ = ("workers",)
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    workers: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, workers: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class PullRequest(_message.Message):
     __slots__ = ("newer_than", "wait_for_model_seconds")

@@ -9,7 +9,7 @@ import pytest
 
 from omnikeras import Hyperparameters, ParameterServerClient
 from omnikeras.parameter_server import tensors
-from omnikeras.parameter_server.errors import refusal_of
+from omnikeras.parameter_server.errors import Refusal, refusal_of
 from omnikeras.v1 import parameter_server_pb2 as pb
 from omnikeras.v1 import parameter_server_pb2_grpc as pb_grpc
 
@@ -153,7 +153,7 @@ def test_a_dead_member_does_not_block_its_group(cluster) -> None:
     with pytest.raises(grpc.RpcError) as raised:
         silent.push(GOOD, step=1, example_count=1)
     assert raised.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert refusal_of(raised.value) == pb.DROPPED
+    assert refusal_of(raised.value) == Refusal.DROPPED
     assert silent.register(worker_id=silent_id).worker_id == silent_id
 
 
@@ -165,10 +165,10 @@ def test_refusals_a_worker_acts_on_carry_their_reason(cluster) -> None:
             _push(stub, header, chunks)
         return refusal_of(raised.value)
 
-    assert refusal(pb.PushHeader(worker_id=999, step=1, example_count=1), _chunks(**GOOD)) == pb.NOT_REGISTERED
+    assert refusal(pb.PushHeader(worker_id=999, step=1, example_count=1), _chunks(**GOOD)) == Refusal.NOT_REGISTERED
     nan = _chunks(w=np.full((2, 3), np.nan, np.float32), b=GOOD["b"])
-    assert refusal(pb.PushHeader(worker_id=worker, step=1, example_count=1), nan) == pb.NON_FINITE
-    assert refusal(pb.PushHeader(worker_id=worker, step=1, example_count=0), _chunks(**GOOD)) == pb.REFUSAL_UNSPECIFIED
+    assert refusal(pb.PushHeader(worker_id=worker, step=1, example_count=1), nan) == Refusal.NON_FINITE
+    assert refusal(pb.PushHeader(worker_id=worker, step=1, example_count=0), _chunks(**GOOD)) == Refusal.UNSPECIFIED
 
 
 def _code(call) -> grpc.StatusCode:
@@ -214,7 +214,7 @@ def test_an_update_that_would_overflow_the_weights_is_refused_and_the_model_kept
     overflowing = {"w": np.full((2, 3), -np.finfo(np.float32).max, np.float32), "b": GOOD["b"]}
     with pytest.raises(grpc.RpcError) as raised:
         client.push(overflowing, step=1, example_count=1)
-    assert refusal_of(raised.value) == pb.NON_FINITE
+    assert refusal_of(raised.value) == Refusal.NON_FINITE
     assert "'w'" in raised.value.details()
     pulled = client.pull()
     assert pulled.model_version == 0

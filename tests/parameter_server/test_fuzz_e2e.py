@@ -40,7 +40,7 @@ class Cluster:
         weights = self.client.pull().weights
         return (
             stats.model_version,
-            stats.hyperparameters.SerializeToString(deterministic=True),
+            stats.hyperparameters,
             tuple((g.group, tuple(g.members)) for g in stats.groups),
             tuple((name, weights[name].tobytes()) for name in sorted(weights)),
         )

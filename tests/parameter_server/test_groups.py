@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 from omnikeras.parameter_server.errors import FailedPrecondition, InvalidArgument, NonFinite, NotFound
-from omnikeras.parameter_server.groups import GroupCoordinator, PushResult
+from omnikeras.parameter_server.groups import GroupCoordinator
 from omnikeras.parameter_server.model_state import ModelState
 from omnikeras.parameter_server.update_rule import Hyperparameters
+from omnikeras.parameter_server.values import PushResult
 
 
 def _coordinator(num_groups: int = 1, timeout: float = 30.0, lr: float = 1.0) -> GroupCoordinator:
@@ -54,7 +55,7 @@ def test_group_of_three_applies_the_count_weighted_mean_once() -> None:
 def test_groups_apply_independently() -> None:
     coordinator = _coordinator(num_groups=2)
     first, second = coordinator.register()[0], coordinator.register()[0]
-    assert coordinator.stats().groups[0].members == [first]
+    assert coordinator.stats().groups[0].members == (first,)
     # Group 1's member has not pushed, yet group 0's step is applied at once.
     result = coordinator.push(first, 1, 0, 1, {"w": np.ones(3, np.float32)})
     assert _step(result) == (1, 0, 1)
@@ -88,7 +89,7 @@ def test_a_dead_member_is_dropped_after_the_deadline() -> None:
         coordinator.push(dead, 1, 0, 1, {"w": np.ones(3, np.float32)})
     # The dropped worker may come back, and its group then waits for it again.
     assert coordinator.register(worker_id=dead)[0] == dead
-    assert coordinator.stats().groups[0].members == [alive, dead]
+    assert coordinator.stats().groups[0].members == (alive, dead)
 
 
 def test_deregistering_the_last_missing_member_completes_the_step() -> None:
@@ -177,6 +178,23 @@ def test_the_layout_version_changes_with_groups_and_members() -> None:
     for t in threads:
         t["thread"].join(5)
     assert threads[0]["result"].layout_version > layout
+
+
+def test_a_push_reply_carries_the_layout_only_when_it_changed_since_the_pusher_knew_it() -> None:
+    coordinator = _coordinator(num_groups=2)
+    first, second = coordinator.register()[0], coordinator.register()[0]
+    result = coordinator.push(first, 1, 0, 1, {"w": np.ones(3, np.float32)})
+    assert result.layout is not None
+    assert result.layout.groups == ((first,), (second,)) and result.layout.version == result.layout_version
+    known = result.layout_version
+    assert coordinator.push(first, 2, 1, 1, {"w": np.ones(3, np.float32)}, known_layout=known).layout is None
+    coordinator.set_groups(1, {})
+    threads = [_push_async(coordinator, w, 3, 1.0) for w in (first, second)]
+    for t in threads:
+        t["thread"].join(5)
+    # (_push_async knows no layout: each reply carries it.)
+    assert threads[0]["result"].layout.groups == ((first, second),)
+    assert threads[0]["result"].layout.group_of(second) == 0
 
 
 def _push_batch(coordinator: GroupCoordinator, worker: int, step: int, batch: int, value: float = 1.0) -> PushResult:

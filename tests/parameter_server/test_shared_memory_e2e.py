@@ -8,11 +8,9 @@ import numpy as np
 import pytest
 
 from omnikeras import Hyperparameters, ParameterServer, ParameterServerClient
-from omnikeras.parameter_server.errors import refusal_of
+from omnikeras.parameter_server.errors import Refusal, refusal_of
 from omnikeras.parameter_server.shared_memory import StatusError
 from omnikeras.parameter_server.shared_memory_client import SharedMemoryChannel
-from omnikeras.parameter_server.tensors import VariableSpec
-from omnikeras.v1 import parameter_server_pb2 as pb
 
 WEIGHTS = {"kernel": np.linspace(-1, 1, 600, dtype=np.float32).reshape(20, 30), "bias": np.zeros(30, np.float32)}
 HYPERPARAMETERS = Hyperparameters(0.05, momentum=0.9, nesterov=True)
@@ -105,7 +103,7 @@ def test_bad_gradients_are_refused_and_change_nothing(start_server, gradients, c
     assert client.shared_memory_shards == [server.address]
     assert raised.value.code() == code
     assert message in raised.value.details()
-    assert refusal_of(raised.value) == (pb.NON_FINITE if "NaN" in message else pb.REFUSAL_UNSPECIFIED)
+    assert refusal_of(raised.value) == (Refusal.NON_FINITE if "NaN" in message else Refusal.UNSPECIFIED)
     pulled = client.pull()
     assert pulled.model_version == 0
     np.testing.assert_array_equal(pulled.weights["kernel"], WEIGHTS["kernel"])
@@ -140,7 +138,7 @@ def test_a_hello_without_the_token_is_refused(start_server) -> None:
     client.push_pull(_gradients(worker, 1), step=1, example_count=8)
     assert client.shared_memory_shards == [server.address]
     described = client.describe()
-    specs = {v.name: VariableSpec.from_proto(v) for v in described.variables}
+    specs = {v.name: v for v in described.variables}
     with pytest.raises(StatusError) as raised:
         SharedMemoryChannel(described.shared_memory_socket, described.server_id, worker, specs, "wrong", 10)
     assert raised.value.code() == grpc.StatusCode.UNAUTHENTICATED

@@ -7,20 +7,21 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from omnikeras.parameter_server import GroupLayout
 from omnikeras.strategy import data
 from omnikeras.strategy.place import GroupPlace
-from omnikeras.v1 import parameter_server_pb2 as pb
 
 
 def _places(groups: list[list[float]]) -> list[GroupPlace]:
     """Every worker's place, for groups given as their members' throughputs."""
     throughputs: dict[int, float] = {}
-    stats = []
-    for group, members in enumerate(groups):
-        ids = [len(throughputs) + 1 + i for i in range(len(members))]
+    members_of = []
+    for members in groups:
+        ids = tuple(len(throughputs) + 1 + i for i in range(len(members)))
         throughputs.update(zip(ids, members))
-        stats.append(pb.GroupStats(group=group, members=ids))
-    return [GroupPlace.of(w, stats, throughputs.__getitem__) for w in throughputs]
+        members_of.append(ids)
+    layout = GroupLayout(1, tuple(members_of))
+    return [GroupPlace.of(w, layout, throughputs.__getitem__) for w in throughputs]
 
 
 @pytest.mark.parametrize("groups", [[[1.0]], [[1.0], [1.0], [1.0]], [[1.0, 3.0], [1.0, 1.0]], [[2.0, 1.0, 1.0]]])

@@ -1,0 +1,210 @@
+"""What the parameter server answers, as plain values. Each converts from and to its
+message here, so that the strategy and the tuner never handle generated protobuf types."""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from omnikeras.parameter_server.tensors import VariableSpec
+from omnikeras.parameter_server.update_rule import Hyperparameters
+from omnikeras.v1 import parameter_server_pb2 as pb
+
+
+@dataclass(frozen=True)
+class Registration:
+    worker_id: int
+    group: int
+    num_groups: int
+    model_initialized: bool
+    hyperparameters: Hyperparameters
+
+
+@dataclass(frozen=True)
+class PullResult:
+    # The oldest version among the shards that answered.
+    model_version: int
+    # Only the variables of shards that had something newer when `only_if_newer` was set.
+    weights: dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class GroupLayout:
+    """The members of every group, as of one layout version."""
+
+    version: int
+    groups: tuple[tuple[int, ...], ...]
+
+    def group_of(self, worker_id: int) -> int | None:
+        return next((g for g, members in enumerate(self.groups) if worker_id in members), None)
+
+    @classmethod
+    def from_proto(cls, message: pb.GroupLayout) -> "GroupLayout":
+        return cls(message.version, tuple(tuple(g.workers) for g in message.groups))
+
+    def to_proto(self) -> pb.GroupLayout:
+        return pb.GroupLayout(version=self.version, groups=[pb.GroupMembers(workers=g) for g in self.groups])
+
+
+@dataclass(frozen=True)
+class PushResult:
+    model_version: int
+    group: int
+    members_combined: int
+    # Training is over: the worker should stop and deregister.
+    stop_requested: bool = False
+    # Changes whenever groups or their members change.
+    layout_version: int = 0
+    # The batch the worker reads at its next step, and the workers that share it.
+    next_batch: int = -1
+    next_members: tuple[int, ...] = ()
+    # The groups' members, when the layout changed since the one the pusher knew.
+    layout: GroupLayout | None = None
+
+    @classmethod
+    def from_proto(cls, reply: pb.PushReply) -> "PushResult":
+        return cls(
+            reply.model_version,
+            reply.group,
+            reply.group_members_combined,
+            reply.stop_requested,
+            reply.layout_version,
+            reply.next_batch,
+            tuple(reply.next_members),
+            GroupLayout.from_proto(reply.layout) if reply.HasField("layout") else None,
+        )
+
+    def to_proto(self) -> pb.PushReply:
+        return pb.PushReply(
+            model_version=self.model_version,
+            group=self.group,
+            group_members_combined=self.members_combined,
+            stop_requested=self.stop_requested,
+            layout_version=self.layout_version,
+            next_batch=self.next_batch,
+            next_members=self.next_members,
+            layout=self.layout.to_proto() if self.layout is not None else None,
+        )
+
+
+@dataclass(frozen=True)
+class GroupStats:
+    group: int
+    members: tuple[int, ...]
+    updates_applied: int
+    # Staleness (versions behind at apply time) -> number of updates.
+    staleness_histogram: dict[int, int]
+    # The batch the group reads at its current step, and the workers that share it; -1
+    # for a group without members.
+    next_batch: int = -1
+    next_members: tuple[int, ...] = ()
+
+    @classmethod
+    def from_proto(cls, message: pb.GroupStats) -> "GroupStats":
+        return cls(
+            message.group,
+            tuple(message.members),
+            message.updates_applied,
+            dict(message.staleness_histogram),
+            message.next_batch,
+            tuple(message.next_members),
+        )
+
+    def to_proto(self) -> pb.GroupStats:
+        return pb.GroupStats(
+            group=self.group,
+            members=self.members,
+            updates_applied=self.updates_applied,
+            staleness_histogram=self.staleness_histogram,
+            next_batch=self.next_batch,
+            next_members=self.next_members,
+        )
+
+
+@dataclass(frozen=True)
+class Stats:
+    """One server's counters, its update rule and its groups."""
+
+    model_version: int
+    updates_applied: int
+    pushes_received: int
+    pushes_rejected_non_finite: int
+    workers_dropped: int
+    parameter_count: int
+    parameter_bytes: int
+    hyperparameters: Hyperparameters
+    groups: tuple[GroupStats, ...]
+    mean_apply_seconds: float
+    uptime_seconds: float = 0.0
+
+    @classmethod
+    def from_proto(cls, reply: pb.StatsReply) -> "Stats":
+        return cls(
+            reply.model_version,
+            reply.updates_applied,
+            reply.pushes_received,
+            reply.pushes_rejected_non_finite,
+            reply.workers_dropped,
+            reply.parameter_count,
+            reply.parameter_bytes,
+            Hyperparameters.from_proto(reply.hyperparameters),
+            tuple(GroupStats.from_proto(g) for g in reply.groups),
+            reply.mean_apply_seconds,
+            reply.uptime_seconds,
+        )
+
+    def to_proto(self) -> pb.StatsReply:
+        return pb.StatsReply(
+            model_version=self.model_version,
+            updates_applied=self.updates_applied,
+            pushes_received=self.pushes_received,
+            pushes_rejected_non_finite=self.pushes_rejected_non_finite,
+            workers_dropped=self.workers_dropped,
+            parameter_count=self.parameter_count,
+            parameter_bytes=self.parameter_bytes,
+            hyperparameters=self.hyperparameters.to_proto(),
+            groups=[g.to_proto() for g in self.groups],
+            mean_apply_seconds=self.mean_apply_seconds,
+            uptime_seconds=self.uptime_seconds,
+        )
+
+
+@dataclass(frozen=True)
+class Description:
+    """What a server holds: its model's variables and state, and how to reach it."""
+
+    model_initialized: bool
+    model_version: int
+    variables: tuple[VariableSpec, ...]
+    hyperparameters: Hyperparameters
+    num_groups: int
+    # The server's Unix socket for the shared-memory exchange; empty when it offers none.
+    shared_memory_socket: str
+    # A random id of the server process.
+    server_id: str
+    # The checkpoint's version it resumed from when it started; -1 without one.
+    resumed_from_version: int
+
+    @classmethod
+    def from_proto(cls, reply: pb.DescribeReply) -> "Description":
+        return cls(
+            reply.model_initialized,
+            reply.model_version,
+            tuple(VariableSpec.from_proto(v) for v in reply.variables),
+            Hyperparameters.from_proto(reply.hyperparameters),
+            reply.num_groups,
+            reply.shared_memory_socket,
+            reply.server_id,
+            reply.resumed_from_version,
+        )
+
+    def to_proto(self) -> pb.DescribeReply:
+        return pb.DescribeReply(
+            model_initialized=self.model_initialized,
+            model_version=self.model_version,
+            variables=[v.to_proto() for v in self.variables],
+            hyperparameters=self.hyperparameters.to_proto(),
+            num_groups=self.num_groups,
+            shared_memory_socket=self.shared_memory_socket,
+            server_id=self.server_id,
+            resumed_from_version=self.resumed_from_version,
+        )
