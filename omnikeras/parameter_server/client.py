@@ -286,6 +286,11 @@ class ParameterServerClient:
         request = pb.SnapshotRequest(name=name)
         self._each(lambda i, s: s.call(lambda: s.stub.SaveSnapshot(request, timeout=self.timeout, metadata=s.metadata)))
 
+    def delete_snapshot(self, name: str) -> None:
+        """Makes every shard forget a saved snapshot (a shard keeps 16 at most)."""
+        request = pb.SnapshotRequest(name=name)
+        self._each(lambda i, s: s.call(lambda: s.stub.DeleteSnapshot(request, timeout=30, metadata=s.metadata)))
+
     def restore_snapshot(self, name: str) -> int:
         """Puts a saved snapshot back on every shard, between group steps; returns the
         newest version it became (gradients computed before it are refused)."""

@@ -449,6 +449,12 @@ class GroupCoordinator:
             self._snapshots[name] = self.model.snapshot()
             return self.model.version
 
+    def delete_snapshot(self, name: str) -> int:
+        with self._cond:
+            if self._snapshots.pop(name, None) is None:
+                raise NotFound(f"no snapshot named {shown(name)}; saved: {sorted(self._snapshots)}")
+            return self.model.version
+
     def restore_snapshot(self, name: str) -> int:
         """Puts a snapshot back between group steps; partial steps are applied first."""
         with self._cond:

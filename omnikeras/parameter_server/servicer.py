@@ -190,6 +190,10 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
         return pb.SnapshotReply(model_version=version)
 
     @_status_on_error
+    def DeleteSnapshot(self, request: pb.SnapshotRequest, context: grpc.ServicerContext) -> pb.SnapshotReply:
+        return pb.SnapshotReply(model_version=self.coordinator.delete_snapshot(request.name))
+
+    @_status_on_error
     def Checkpoint(self, request: pb.CheckpointRequest, context: grpc.ServicerContext) -> pb.CheckpointReply:
         if self.save_checkpoint is None:
             raise FailedPrecondition("the server was started without a checkpoint directory")

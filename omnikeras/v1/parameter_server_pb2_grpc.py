@@ -105,6 +105,11 @@ class ParameterServerStub:
                 request_serializer=omnikeras_dot_v1_dot_parameter__server__pb2.SnapshotRequest.SerializeToString,
                 response_deserializer=omnikeras_dot_v1_dot_parameter__server__pb2.SnapshotReply.FromString,
                 _registered_method=True)
+        self.DeleteSnapshot = channel.unary_unary(
+                '/omnikeras.v1.ParameterServer/DeleteSnapshot',
+                request_serializer=omnikeras_dot_v1_dot_parameter__server__pb2.SnapshotRequest.SerializeToString,
+                response_deserializer=omnikeras_dot_v1_dot_parameter__server__pb2.SnapshotReply.FromString,
+                _registered_method=True)
 
 
 class ParameterServerServicer:
@@ -203,6 +208,13 @@ class ParameterServerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteSnapshot(self, request, context):
+        """Forgets a saved snapshot, which makes room for another (a server keeps 16 at most).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ParameterServerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -273,6 +285,11 @@ def add_ParameterServerServicer_to_server(servicer, server):
             ),
             'RestoreSnapshot': grpc.unary_unary_rpc_method_handler(
                     servicer.RestoreSnapshot,
+                    request_deserializer=omnikeras_dot_v1_dot_parameter__server__pb2.SnapshotRequest.FromString,
+                    response_serializer=omnikeras_dot_v1_dot_parameter__server__pb2.SnapshotReply.SerializeToString,
+            ),
+            'DeleteSnapshot': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSnapshot,
                     request_deserializer=omnikeras_dot_v1_dot_parameter__server__pb2.SnapshotRequest.FromString,
                     response_serializer=omnikeras_dot_v1_dot_parameter__server__pb2.SnapshotReply.SerializeToString,
             ),
@@ -654,6 +671,33 @@ class ParameterServer:
             request,
             target,
             '/omnikeras.v1.ParameterServer/RestoreSnapshot',
+            omnikeras_dot_v1_dot_parameter__server__pb2.SnapshotRequest.SerializeToString,
+            omnikeras_dot_v1_dot_parameter__server__pb2.SnapshotReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteSnapshot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/omnikeras.v1.ParameterServer/DeleteSnapshot',
             omnikeras_dot_v1_dot_parameter__server__pb2.SnapshotRequest.SerializeToString,
             omnikeras_dot_v1_dot_parameter__server__pb2.SnapshotReply.FromString,
             options,

@@ -196,6 +196,10 @@ def test_unbounded_requests_are_refused_with_a_clear_status(cluster) -> None:
         client.save_snapshot("one too many")
     assert raised.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "16 snapshots at most" in raised.value.details()
     client.save_snapshot("s3")  # a name in use is saved again
+    client.delete_snapshot("s3")
+    assert _code(lambda: stub.RestoreSnapshot(pb.SnapshotRequest(name="s3"), timeout=30)) == grpc.StatusCode.NOT_FOUND
+    assert _code(lambda: stub.DeleteSnapshot(pb.SnapshotRequest(name="s3"), timeout=30)) == grpc.StatusCode.NOT_FOUND
+    client.save_snapshot("one too many")  # deleting made room
     assert _code(lambda: stub.Pull(pb.PullRequest(wait_for_model_seconds=float("inf")), timeout=30).next()) == grpc.StatusCode.INVALID_ARGUMENT
     assert _code(lambda: _push(stub, pb.PushHeader(worker_id=worker, step=-1, example_count=1), _chunks(**GOOD))) == grpc.StatusCode.INVALID_ARGUMENT
 

@@ -148,6 +148,7 @@ def _control_call(cluster: Cluster, data) -> None:
         ),
         "SaveSnapshot": lambda: pb.SnapshotRequest(name=data.draw(names)),
         "RestoreSnapshot": lambda: pb.SnapshotRequest(name=data.draw(names)),
+        "DeleteSnapshot": lambda: pb.SnapshotRequest(name=data.draw(names)),
         "Pull": lambda: pb.PullRequest(
             newer_than=data.draw(st.integers(-2**63, 2**63 - 1)), wait_for_model_seconds=data.draw(numbers),
         ),
