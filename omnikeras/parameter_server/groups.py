@@ -54,6 +54,8 @@ class _Contribution:
     gradients: dict[str, np.ndarray]
     example_count: int
     computed_at: int
+    # Each gradient's sum of magnitudes, when the caller measured it.
+    magnitudes: Mapping[str, float] | None = None
 
 
 @dataclass
@@ -270,6 +272,7 @@ class GroupCoordinator:
         caller_gone: Callable[[], bool] = lambda: False,
         batch: int | None = None,
         known_layout: int = 0,
+        magnitudes: Mapping[str, float] | None = None,
     ) -> PushResult:
         """Adds one member's gradient to its group step and waits until that step is applied.
 
@@ -297,7 +300,7 @@ class GroupCoordinator:
             if step <= worker.last_step:
                 return self._reply(known_layout, self._duplicate(worker_id, worker, step, caller_gone))
             group = worker.group
-            contribution = _Contribution(gradients, example_count, computed_at)
+            contribution = _Contribution(gradients, example_count, computed_at, magnitudes)
             worker.last_step = step
             if batch is not None and batch != self._batch(group)[0]:
                 try:
@@ -392,7 +395,7 @@ class GroupCoordinator:
 
     def _apply(self, group: int, contributions: list[_Contribution]) -> PushResult:
         staleness = self.model.version - min(c.computed_at for c in contributions)
-        self.model.apply(_weighted_mean(contributions))
+        self.model.apply(_weighted_mean(contributions), _weighted_magnitudes(contributions))
         self._updates[group] += 1
         self._staleness[group][staleness] += 1
         return PushResult(self.model.version, group, len(contributions))
@@ -544,6 +547,18 @@ class GroupCoordinator:
 def _check_groups(num_groups: int) -> None:
     if not 1 <= num_groups <= MAX_GROUPS:
         raise InvalidArgument(f"num_groups must lie in [1, {MAX_GROUPS}], got {num_groups}")
+
+
+def _weighted_magnitudes(contributions: list[_Contribution]) -> dict[str, float] | None:
+    """Bounds on the magnitudes in `_weighted_mean`, from those of the members' gradients."""
+    measured = [(c.example_count, c.magnitudes) for c in contributions if c.magnitudes is not None]
+    if len(measured) < len(contributions):
+        return None
+    total = sum(count for count, _ in measured)
+    return {
+        name: sum(count / total * magnitudes[name] for count, magnitudes in measured)
+        for name in contributions[0].gradients
+    }
 
 
 def _weighted_mean(contributions: list[_Contribution]) -> dict[str, np.ndarray]:

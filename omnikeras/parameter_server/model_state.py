@@ -67,21 +67,25 @@ class ModelState:
         if not self.initialized:
             raise FailedPrecondition("the model is not initialised yet: call InitModel first")
 
-    def apply(self, gradients: Mapping[str, np.ndarray]) -> None:
+    def apply(self, gradients: Mapping[str, np.ndarray], magnitudes: Mapping[str, float] | None = None) -> None:
         """Applies one update; the gradient arrays are consumed as scratch space.
 
+        `magnitudes` bound each gradient's largest magnitude (sums of magnitudes, as the
+        server's finiteness check measures them); without them, they are measured here.
         Raises `NonFinite`, with nothing changed, when the update would make a weight or
         momentum buffer NaN or Inf.
         """
         started = time.perf_counter()
         rule = self.hyperparameters
         learning_rate = rule.learning_rate_at(self.iterations)
-        bounds = {name: self._bounds_after(name, gradient, learning_rate) for name, gradient in gradients.items()}
+        if magnitudes is None:
+            magnitudes = {name: tensors.abs_sum(gradient) for name, gradient in gradients.items()}
+        bounds = {name: self._bounds_after(name, magnitudes[name], learning_rate) for name in gradients}
         near_limit = [name for name, bound in bounds.items() if not bound.within(self.weights[name].dtype)]
         for name in near_limit:
             # The carried bounds only ever grow: measured afresh, they may be far lower.
             self._bounds[name] = _Bounds.exact(self.weights[name], self.velocities.get(name))
-            bounds[name] = self._bounds_after(name, gradients[name], learning_rate)
+            bounds[name] = self._bounds_after(name, magnitudes[name], learning_rate)
         tried = {
             name: self._try_update(name, gradients[name], learning_rate)
             for name in near_limit
@@ -136,13 +140,13 @@ class ModelState:
                 raise NonFinite("update of", name)
         return weight, velocity
 
-    def _bounds_after(self, name: str, gradient: np.ndarray, learning_rate: float) -> "_Bounds":
-        """Bounds on `name`'s largest magnitudes once `gradient` is applied."""
+    def _bounds_after(self, name: str, change: float, learning_rate: float) -> "_Bounds":
+        """Bounds on `name`'s largest magnitudes once a gradient whose magnitudes are
+        bounded by `change` is applied."""
         if name not in self._bounds:
             self._bounds[name] = _Bounds.summed(self.weights[name], self.velocities.get(name))
         before = self._bounds[name]
         rule = self.hyperparameters
-        change = tensors.abs_sum(gradient)
         if name in rule.statistics:
             return _Bounds(before.weight + change, before.velocity)
         step = learning_rate * change
@@ -188,8 +192,12 @@ class _Bounds:
 
     def within(self, dtype: np.dtype) -> bool:
         """Whether no sum of terms so bounded can overflow `dtype`."""
-        limit = float(np.finfo(dtype).max) / 4
+        limit = _LIMITS[dtype]
         return self.weight <= limit and self.velocity <= limit
+
+
+# A quarter of each dtype's largest value: sums of a few terms below it stay finite.
+_LIMITS = {np.dtype(t): float(np.finfo(t).max) / 4 for t in (np.float16, np.float32, np.float64)}
 
 
 def _largest(array: np.ndarray) -> float:

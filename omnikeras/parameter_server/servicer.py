@@ -1,6 +1,7 @@
 """The gRPC face of the parameter server: turns messages into `GroupCoordinator` calls and
 `ParameterServerError`s into gRPC statuses."""
 
+import collections
 import dataclasses
 import functools
 import logging
@@ -110,7 +111,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
         if self.coordinator.model.initialized:
             # Another worker, or a checkpoint, came first: the weights are not read.
             return pb.InitModelReply(model_version=self.coordinator.model.version, initialized_by_caller=False)
-        weights, non_finite = _assemble(request_iterator)
+        weights, non_finite, _ = _assemble(request_iterator)
         if not weights:
             raise InvalidArgument("InitModel carried no variables")
         if non_finite is not None:
@@ -207,7 +208,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
             raise InvalidArgument("a push must start with its header")
         header = first.message.header
         self.coordinator.check_pusher(header.worker_id)
-        gradients, non_finite = _assemble(request_iterator, self.coordinator.model.specs)
+        gradients, non_finite, magnitudes = _assemble(request_iterator, self.coordinator.model.specs)
         if non_finite is not None:
             self.coordinator.count_rejected_non_finite()
             raise NonFinite("gradient", non_finite)
@@ -220,6 +221,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
             caller_gone=lambda: not context.is_active(),
             batch=header.batch if header.HasField("batch") else None,
             known_layout=header.known_layout_version,
+            magnitudes=magnitudes,
         )
 
 
@@ -260,24 +262,31 @@ def _has_chunks(message_type: type[Message]) -> bool:
 def _assemble(
     requests: Iterator[tensors.Received[pb.PushRequest]] | Iterator[tensors.Received[pb.InitModelRequest]],
     expected: Mapping[str, tensors.VariableSpec] | None = None,
-) -> tuple[dict[str, np.ndarray], str | None]:
-    """The tensors of a stream, and the first of them that holds NaN or Inf, if any.
+) -> tuple[dict[str, np.ndarray], str | None, dict[str, float]]:
+    """The tensors of a stream, the first of them that holds NaN or Inf, if any, and
+    each one's sum of magnitudes (see `tensors.magnitude`).
 
     Each chunk is checked as it arrives, while the next ones are in flight: after the
     stream, the check would hold up the reply (by 7 ms for 100 MB).
     """
     non_finite: list[str] = []
+    magnitudes: dict[str, float] = collections.defaultdict(float)
 
     def check(name: str, elements: np.ndarray) -> None:
-        if not non_finite and not tensors.all_finite(elements):
+        if non_finite:
+            return
+        magnitude = tensors.magnitude(elements)
+        if magnitude is None:
             non_finite.append(name)
+        else:
+            magnitudes[name] += magnitude
 
     assembler = tensors.TensorAssembler(expected, inspect=check)
     for request in requests:
         if not request.message.HasField("chunk"):
             raise InvalidArgument("after the first message, a stream carries only tensor chunks")
         assembler.add(request.message.chunk, request.data)
-    return assembler.finish(), non_finite[0] if non_finite else None
+    return assembler.finish(), non_finite[0] if non_finite else None, dict(magnitudes)
 
 
 def _weights(version: int, chunks: Iterable[bytes] | None, push: PushResult | None) -> Iterator[pb.PullReply | bytes]:

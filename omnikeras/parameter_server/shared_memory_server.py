@@ -142,10 +142,13 @@ class SharedMemoryServer:
             if header.worker_id != worker_id:
                 raise InvalidArgument(f"this connection pushes for worker {worker_id}, not {header.worker_id}")
             self.coordinator.check_pusher(worker_id)
+            magnitudes = {}
             for name, gradient in gradients.items():
-                if not tensors.all_finite(gradient):
+                magnitude = tensors.magnitude(gradient)
+                if magnitude is None:
                     self.coordinator.count_rejected_non_finite()
                     raise NonFinite("gradient", name)
+                magnitudes[name] = magnitude
             # The group step may use the segment's gradients as scratch space: the worker
             # does not touch them until the reply.
             result = self.coordinator.push(
@@ -157,6 +160,7 @@ class SharedMemoryServer:
                 caller_gone=lambda: shared_memory.peer_closed(connection),
                 batch=header.batch if header.HasField("batch") else None,
                 known_layout=header.known_layout_version,
+                magnitudes=magnitudes,
             )
             version = self.coordinator.copy_weights(weights)
         except ParameterServerError as error:

@@ -22,7 +22,6 @@ import numpy as np
 import scipy.linalg.blas
 from google.protobuf.message import Message
 
-from omnikeras.parameter_server import parallel
 from omnikeras.parameter_server.errors import InvalidArgument, NotFound, ResourceExhausted, shown
 from omnikeras.v1 import parameter_server_pb2 as pb
 
@@ -78,14 +77,21 @@ def little_endian(array: np.ndarray) -> np.ndarray:
 
 def all_finite(array: np.ndarray) -> bool:
     """Whether `array` holds no NaN or Inf."""
-    # A sum is one pass with no temporary (BLAS asum: faster than NumPy's pairwise sum on
-    # one thread); only when it is not finite (NaN, Inf, or an overflow of large finite
-    # values) is the exact check needed.
-    if parallel.worth_splitting(array):
-        totals = parallel.split_pass(np.sum, array)
-    else:
-        totals = [abs_sum(array)]
-    return bool(all(np.isfinite(totals)) or np.isfinite(array).all())
+    return magnitude(array) is not None
+
+
+def magnitude(array: np.ndarray) -> float | None:
+    """The sum of `array`'s absolute values, a bound on the largest of them (Inf when
+    the sum overflows); None when `array` holds NaN or Inf.
+
+    One pass with no temporary (BLAS asum: faster than NumPy's pairwise sum on one
+    thread); only when the sum is not finite (NaN, Inf, or an overflow of large finite
+    values) is the exact check needed.
+    """
+    total = abs_sum(array)
+    if math.isfinite(total):
+        return total
+    return math.inf if np.isfinite(array).all() else None
 
 
 def abs_sum(array: np.ndarray) -> float:

@@ -212,12 +212,15 @@ def test_a_learning_rate_beyond_float32_is_refused_and_the_weights_stay_finite(c
     assert all(np.isfinite(w).all() for w in client.pull().weights.values())
 
 
-def test_an_update_that_would_overflow_the_weights_is_refused_and_the_model_kept(cluster) -> None:
+@pytest.mark.parametrize("exchange", ["push over gRPC", "push_pull through shared memory"])
+def test_an_update_that_would_overflow_the_weights_is_refused_and_the_model_kept(cluster, exchange: str) -> None:
     client, worker, stub = cluster
     client.set_hyperparameters(Hyperparameters(8.0))
     overflowing = {"w": np.full((2, 3), -np.finfo(np.float32).max, np.float32), "b": GOOD["b"]}
+    send = client.push if exchange.startswith("push over") else client.push_pull
     with pytest.raises(grpc.RpcError) as raised:
-        client.push(overflowing, step=1, example_count=1)
+        send(overflowing, step=1, example_count=1)
+    assert client.shared_memory_shards == ([] if send == client.push else [client.shards[0].address])
     assert refusal_of(raised.value) == Refusal.NON_FINITE
     assert "'w'" in raised.value.details()
     pulled = client.pull()
