@@ -2,8 +2,8 @@
 
 Trains one model (the main job's CNN, or `--model reference`) in this process, batch 64,
 against an `omnikeras ps` process of its own, in four ways that alternate round after
-round: plain Keras; `GroupedAsyncStrategy` whose exchange is replaced by handing back
-weights prepared beforehand (what TensorFlow's side of the hook costs alone); the
+round: plain Keras; `GroupedAsyncStrategy` whose client is replaced by one that hands back
+weights prepared beforehand (what the hook and the worker cost alone); the
 strategy over gRPC; the strategy through shared memory (the default on one host). For
 the two real exchanges it times, per step, the exchange as the step sees it (the
 `numpy_function` body), and inside it the copy of the gradients into the segment and the
@@ -32,7 +32,7 @@ import keras
 import numpy as np
 
 import omnikeras
-from omnikeras.parameter_server import shared_memory_client
+from omnikeras.parameter_server import ParameterServerClient, PullResult, PushResult, shared_memory_client
 from omnikeras.processes import start_parameter_server
 from omnikeras.profiles.reference_cnn import reference_cnn
 
@@ -79,6 +79,32 @@ class Stopwatch:
             times.clear()
 
 
+class PreparedReplies:
+    """Stands in for a client: every push_pull gets weights prepared beforehand, off a
+    64-byte boundary as the segment's are (TensorFlow copies them), and the next batch,
+    named as a server's reply would name it."""
+
+    def __init__(self, client: ParameterServerClient) -> None:
+        self._client = client
+        self._weights: dict[str, np.ndarray] = {}
+
+    def push_pull(
+        self, gradients: dict[str, np.ndarray], step: int, example_count: int, batch: int | None = None
+    ) -> tuple[PushResult, PullResult]:
+        for name, gradient in gradients.items():
+            if name not in self._weights:
+                room = np.zeros(gradient.nbytes + 64, np.uint8)
+                start = (-room.ctypes.data) % 64 + 16
+                self._weights[name] = room[start : start + gradient.nbytes].view(gradient.dtype).reshape(gradient.shape)
+        worker = self._client.worker_id
+        assert worker is not None
+        result = PushResult(step, 0, 1, next_batch=(batch or 0) + 1, next_members=(worker,))
+        return result, PullResult(step, self._weights)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._client, name)
+
+
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -116,20 +142,8 @@ def main() -> int:
             models[name] = compiled()
         strategies[name] = strategy
         strategy.worker.push_pull = watch.wrap(name, strategy.worker.push_pull)
-    prepared: list[np.ndarray] = []
-
-    def hand_back_prepared(names: tuple[str, ...], *gradients: np.ndarray) -> list[np.ndarray]:
-        # The next batch, as a server's reply would name it: the epoch ends after a pass.
-        strategies["hook only"].worker.next_batch += 1
-        # Off a 64-byte boundary, as the segment's weights are: TensorFlow copies them.
-        if not prepared:
-            for gradient in gradients:
-                room = np.zeros(gradient.nbytes + 64, np.uint8)
-                start = (-room.ctypes.data) % 64 + 16
-                prepared.append(room[start : start + gradient.nbytes].view(gradient.dtype).reshape(gradient.shape))
-        return prepared
-
-    strategies["hook only"].worker.push_pull = hand_back_prepared
+    hook_only = strategies["hook only"].worker
+    hook_only.client = PreparedReplies(hook_only.client)
     step_ms: dict[str, list[float]] = {name: [] for name in models}
     exchange_ms: dict[str, list[float]] = {"gRPC": [], "shared memory": [], "copy_in": [], "wait": []}
     try:

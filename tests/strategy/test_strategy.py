@@ -1,5 +1,10 @@
 """The strategy in this process, with one worker and an in-process parameter server."""
 
+import json
+import os
+import subprocess
+import sys
+
 import keras
 import numpy as np
 import pytest
@@ -120,3 +125,34 @@ def test_training_stops_with_a_clear_error_after_too_many_refused_steps(server) 
     # The refusals changed nothing on the server.
     weights = ParameterServerClient([server.address]).pull().weights
     assert all(np.isfinite(w).all() for w in weights.values())
+
+
+_ONE_INTER_OP_THREAD = """
+import json
+import keras
+import numpy as np
+import omnikeras
+from omnikeras import ParameterServer, WorkerConfig
+
+server = ParameterServer()
+server.start()
+strategy = omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,)))
+with strategy.scope():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="softmax")])
+    model.compile(optimizer=keras.optimizers.SGD(0.5), loss="sparse_categorical_crossentropy")
+x = np.random.default_rng(0).normal(size=(96, 4)).astype(np.float32)
+history = model.fit(x, (x[:, 0] > 0).astype(np.int64), batch_size=32, epochs=3, verbose=0)
+server.stop()
+print(json.dumps(history.history["model_version"]))
+"""
+
+
+def test_a_worker_with_one_inter_op_thread_trains() -> None:
+    # A profile may give a worker one inter-op thread: the step's exchange and the
+    # reading of its share must not wait on each other for it.
+    environment = {**os.environ, "TF_NUM_INTEROP_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1"}
+    run = subprocess.run(
+        [sys.executable, "-c", _ONE_INTER_OP_THREAD], env=environment, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads(run.stdout.splitlines()[-1]) == [3, 6, 9]
