@@ -279,6 +279,10 @@ class GroupCoordinator:
         A push whose step this worker already pushed (a retry) is not applied again: it gets
         the result of the step that took it. A gradient of a `batch` that is not the group's
         current one (computed in the layout before a regrouping) is applied on its own.
+        The result carries the group layout when it changed since `known_layout`, the
+        layout version the pusher last saw. `magnitudes`, each gradient's sum of
+        magnitudes as the caller's finiteness check measured it, spare the update guard a
+        pass over the gradients (see `ModelState.apply`).
         """
         if example_count <= 0:
             raise InvalidArgument(f"example_count must be positive, got {example_count}")
