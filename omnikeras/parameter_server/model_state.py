@@ -6,8 +6,9 @@ Not thread-safe on its own: `GroupCoordinator` calls it under its lock.
 An update that would make a weight NaN or Inf is refused, and the weights stay as they
 were. Finite weights, momentum buffers and gradients can only produce NaN or Inf by
 overflowing, so the state keeps a bound on every array's largest magnitude, carried from
-update to update at the cost of one pass over each gradient; only an update whose bound
-comes near the dtype's limit is tried on copies first.
+update to update with the gradients' sums of magnitudes (which the server's finiteness
+check measures as they arrive); only an update whose bound comes near the dtype's limit
+is measured exactly and, if still near it, tried on copies first.
 """
 
 import threading

@@ -100,7 +100,8 @@ def abs_sum(array: np.ndarray) -> float:
     asum = _ASUM.get(array.dtype) if array.dtype.isnative and array.flags.c_contiguous else None
     if asum is not None and array.size:
         return float(asum(array.reshape(-1)))
-    return float(np.abs(array).sum())
+    # Summed in float64: a float16 sum overflows long before its values do.
+    return float(np.abs(array).sum(dtype=np.float64))
 
 
 _ASUM = {np.dtype(np.float32): scipy.linalg.blas.sasum, np.dtype(np.float64): scipy.linalg.blas.dasum}

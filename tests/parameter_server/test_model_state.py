@@ -59,3 +59,4 @@ def test_weight_decay_and_nesterov_momentum_are_bounded_too() -> None:
     with pytest.raises(NonFinite):
         model.apply({"w": np.full(2, -LARGEST, np.float32)})
     assert model.version == 1
+

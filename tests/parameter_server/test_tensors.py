@@ -94,3 +94,10 @@ def test_all_finite_checks_both_halves_of_a_large_array() -> None:
         array[position] = np.nan
         assert not tensors.all_finite(array), position
         array[position] = 1.0
+
+
+def test_the_magnitude_of_float16_values_is_summed_without_overflow() -> None:
+    # 70,000 ones: their sum passes float16's largest value (65,504); the update guard
+    # would take it for a magnitude near the limit.
+    assert tensors.magnitude(np.ones(70_000, np.float16)) == 70_000
+    assert tensors.magnitude(np.array([1, np.nan], np.float16)) is None
