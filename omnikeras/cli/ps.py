@@ -7,14 +7,19 @@ import signal
 import sys
 import threading
 
+from omnikeras import tf_config
 from omnikeras.parameter_server import Hyperparameters, ParameterServer
 from omnikeras.processes import SERVER_READY
 
 
 def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     parser = subparsers.add_parser("ps", help="run a parameter server")
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
-    parser.add_argument("--port", type=int, default=50051, help="0 picks a free port (default: %(default)s)")
+    parser.add_argument(
+        "--host", help="address to listen on (default: 127.0.0.1, or 0.0.0.0 for a ps task of $TF_CONFIG)"
+    )
+    parser.add_argument(
+        "--port", type=int, help="0 picks a free port (default: 50051, or the port of a ps task of $TF_CONFIG)"
+    )
     parser.add_argument("--groups", type=int, default=1, help="number of compute groups (default: %(default)s)")
     parser.add_argument("--learning-rate", type=float, default=0.01, help="until a worker initialises the model (default: %(default)s)")
     parser.add_argument("--momentum", type=float, default=0.0, help="until a worker initialises the model (default: %(default)s)")
@@ -40,9 +45,10 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s ps %(levelname)s %(message)s")
     try:
+        host, port = _address(args)
         server = ParameterServer(
-            host=args.host,
-            port=args.port,
+            host=host,
+            port=port,
             num_groups=args.groups,
             hyperparameters=Hyperparameters(args.learning_rate, args.momentum, args.nesterov),
             group_timeout=args.group_timeout,
@@ -65,3 +71,12 @@ def run(args: argparse.Namespace) -> int:
     stop.wait()
     server.stop()
     return 0
+
+
+def _address(args: argparse.Namespace) -> tuple[str, int]:
+    """Where to listen: as given, else as a ps task of `TF_CONFIG` (on every interface:
+    the workers are on other machines), else on this machine's loopback."""
+    task = tf_config.parameter_server_from_env() if args.host is None or args.port is None else None
+    if task is not None:
+        return args.host or "0.0.0.0", args.port if args.port is not None else task.server_port()
+    return args.host or "127.0.0.1", args.port if args.port is not None else 50051

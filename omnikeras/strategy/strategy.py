@@ -5,6 +5,7 @@ import functools
 
 import tensorflow as tf
 
+from omnikeras import tf_config
 from omnikeras.config import WorkerConfig
 from omnikeras.strategy.worker import ClusterWorker
 
@@ -50,11 +51,11 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
     """
 
     def __init__(self, config: WorkerConfig | None = None, devices: list[str] | None = None) -> None:
-        config = config or WorkerConfig.from_env()
+        config = config or tf_config.worker_config_from_env()
         if config is None:
             raise ValueError(
-                "GroupedAsyncStrategy needs the cluster's configuration: pass a WorkerConfig "
-                "or set OMNIKERAS_CONFIG (omnikeras launch does this)"
+                "GroupedAsyncStrategy needs the cluster's configuration: pass a WorkerConfig, "
+                "or set OMNIKERAS_CONFIG (omnikeras launch does this) or TF_CONFIG"
             )
         super().__init__(devices=devices)
         self.config = config

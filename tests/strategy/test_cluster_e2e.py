@@ -1,9 +1,11 @@
 """`omnikeras launch` with real parameter-server and worker processes."""
 
+import json
 import os
 import pathlib
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -165,3 +167,41 @@ def test_interrupting_the_launcher_leaves_no_process_behind(tmp_path) -> None:
     assert "interrupted" in stderr
     survivors = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout
     assert survivors == ""
+
+
+def test_processes_started_with_tf_config_train_as_a_launched_cluster(tmp_path, plain_keras_weights) -> None:
+    # As a TFJob or a Slurm script starts them: the same TF_CONFIG for all, each its task.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    cluster = {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"], "ps": [f"127.0.0.1:{port}"]}
+
+    def environment(task_type: str) -> dict[str, str]:
+        tf_config = json.dumps({"cluster": cluster, "task": {"type": task_type, "index": 0}})
+        return {k: v for k, v in os.environ.items() if k != "OMNIKERAS_CONFIG"} | {"TF_CONFIG": tf_config}
+
+    server = subprocess.Popen(
+        [sys.executable, "-m", "omnikeras", "ps", "--host", "127.0.0.1"],
+        env=environment("ps"), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    try:
+        assert server.stdout is not None
+        assert server.stdout.readline().strip().endswith(f"127.0.0.1:{port}")
+        workers = [
+            subprocess.Popen(
+                [sys.executable, str(SCRIPT), *(("--weights-out", str(tmp_path / "w.npz")) if role == "chief" else ())],
+                env=environment(role), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            )
+            for role in ("chief", "worker")
+        ]
+        outputs = [worker.communicate(timeout=600) for worker in workers]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    for worker, (_, stderr) in zip(workers, outputs):
+        assert worker.returncode == 0, stderr[-3000:]
+    chief, other = (result_of(stdout) for stdout, _ in outputs)
+    assert (chief["worker_index"], other["worker_index"]) == (0, 1)
+    assert chief["steps"] == other["steps"] == chief["server_version"] == 8
+    for ours, reference in zip(saved_weights(tmp_path / "w.npz"), plain_keras_weights):
+        np.testing.assert_allclose(ours, reference, atol=1e-5)
