@@ -94,12 +94,7 @@ class WorkerConfig:
 
     @classmethod
     def from_json(cls, text: str) -> "WorkerConfig":
-        try:
-            fields = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{ENV_VAR} is not valid JSON: {error}") from None
-        if not isinstance(fields, dict):
-            raise ValueError(f"{ENV_VAR} must hold a JSON object")
+        fields = json_object(text, ENV_VAR)
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = fields.keys() - known
         if unknown:
@@ -115,3 +110,14 @@ class WorkerConfig:
     def from_env(cls) -> "WorkerConfig | None":
         text = os.environ.get(ENV_VAR)
         return cls.from_json(text) if text else None
+
+
+def json_object(text: str, variable: str) -> dict:
+    """The JSON object an environment variable holds; ValueError naming it otherwise."""
+    try:
+        fields = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{variable} is not valid JSON: {error}") from None
+    if not isinstance(fields, dict):
+        raise ValueError(f"{variable} must hold a JSON object")
+    return fields

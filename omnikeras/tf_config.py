@@ -10,12 +10,11 @@ order. `ps` tasks run `omnikeras ps`, which serves on the port of its own addres
 `evaluator` task has no place in training: it is refused.
 """
 
-import json
 import os
 from dataclasses import dataclass
 from typing import Any
 
-from omnikeras.config import WorkerConfig
+from omnikeras.config import WorkerConfig, json_object
 
 ENV_VAR = "TF_CONFIG"
 _ROLES = ("chief", "worker", "ps")
@@ -57,11 +56,8 @@ class TFConfig:
 
     @classmethod
     def from_json(cls, text: str) -> "TFConfig":
-        try:
-            fields = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{ENV_VAR} is not valid JSON: {error}") from None
-        if not isinstance(fields, dict) or not isinstance(fields.get("cluster"), dict):
+        fields = json_object(text, ENV_VAR)
+        if not isinstance(fields.get("cluster"), dict):
             raise ValueError(f'{ENV_VAR} must hold a JSON object with a "cluster" object')
         cluster, task = fields["cluster"], fields.get("task")
         unknown = cluster.keys() - {*_ROLES, "evaluator"}
