@@ -10,8 +10,8 @@ from omnikeras.launcher.launcher import LaunchError
 def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     parser = subparsers.add_parser(
         "launch",
-        help="run a training script on a local cluster",
-        description="Starts parameter servers and worker processes of SCRIPT on this machine.",
+        help="run a training script on a local or Ray cluster",
+        description="Starts parameter servers and worker processes of SCRIPT on this machine, or on a Ray cluster.",
     )
     parser.add_argument("--workers", type=int, help="worker processes (default: 4, or the emulated cluster's)")
     parser.add_argument("--groups", type=int, default=1, help="compute groups (default: %(default)s)")
@@ -47,12 +47,19 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
         help="inject a fault into the emulated cluster, AT seconds after training begins (every worker joined): "
         "pause:HOST@AT+SECONDS, kill-worker:HOST@AT, kill-ps:SHARD@AT, cut-link:SHARD@AT+SECONDS (repeatable)",
     )
+    parser.add_argument(
+        "--ray",
+        action="store_true",
+        help="run on this machine's Ray cluster, or on a new one on its loopback (pip install 'omnikeras[ray]'): "
+        "one worker per GPU and one per CPU node (--workers: fewer)",
+    )
+    parser.add_argument("--ray-address", metavar="ADDRESS", help="run on the Ray cluster at ADDRESS (implies --ray)")
     parser.add_argument("--group-timeout", type=float, default=60.0, help="seconds a group waits for a missing member (default: %(default)s)")
     parser.add_argument(
         "--checkpoint-every", type=float, default=30.0,
         help="seconds between the servers' checkpoints, from which a restarted server resumes (default: %(default)s)",
     )
-    parser.add_argument("--token", help="shared secret between servers and workers")
+    parser.add_argument("--token", help="shared secret between servers and workers (on Ray, a random one by default)")
     parser.add_argument("--log-dir", help="where the logs go (default: runs/launch-<time>)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the shared data shuffle (default: %(default)s)")
     parser.add_argument("script", help="the training script")
@@ -79,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
             shared_memory=args.shared_memory,
             emulate=args.emulate,
             faults=args.fault,
+            ray=args.ray_address or args.ray,
         )
     except (ValueError, OSError, LaunchError, RuntimeError) as error:
         print(f"omnikeras launch: {error}", file=sys.stderr)

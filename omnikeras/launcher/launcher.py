@@ -12,16 +12,20 @@ import threading
 import time
 from collections.abc import Sequence
 from types import FrameType
+from typing import Protocol
 
-from omnikeras.config import ENV_VAR, WorkerConfig
+from omnikeras.config import WorkerConfig
 from omnikeras.emulation import ClusterSpec, EmulatedCluster, FaultInjector, FaultSpec, HostSpec
 from omnikeras.launcher.worker_plan import WorkerPlan, plan_emulated_workers, plan_workers
 from omnikeras.processes import Child, ServerStartError, start_parameter_server
+from omnikeras.processes.worker import python_command, start_worker
 from omnikeras.profiles.hardware import cpu_count, visible_gpu_count
 from omnikeras.profiles.profile import ClusterProfile
 from omnikeras.profiles.thread_cache import cached_thread_settings
 
 _POLL_SECONDS = 0.2
+# Written by Ray where a cluster runs on this machine; `ray.init(address="auto")` joins it.
+_RAY_CURRENT_CLUSTER = pathlib.Path("/tmp/ray/ray_current_cluster")
 # Times the launcher restarts one process that died before giving up on it.
 MAX_RESTARTS = 3
 
@@ -47,8 +51,9 @@ def launch(
     shared_memory: bool = True,
     emulate: ClusterSpec | str | None = None,
     faults: Sequence[FaultSpec | str] = (),
+    ray: bool | str = False,
 ) -> int:
-    """Runs `script` on a local cluster and returns its exit status.
+    """Runs `script` on a local cluster, or on a Ray cluster, and returns its exit status.
 
     Starts `ps_shards` parameter servers and `workers` processes of `script`, each told its
     place through `OMNIKERAS_CONFIG`. On a host with no visible GPU it starts one process
@@ -98,6 +103,15 @@ def launch(
             it is.
         faults: More faults to inject into the emulated cluster, as `FaultSpec`s or in the
             command line's form `KIND:TARGET@AT[+SECONDS]`.
+        ray: Run on a Ray cluster (needs `omnikeras[ray]`): True joins this machine's
+            cluster, or starts one on its loopback; a string is the address of the
+            cluster to join. The servers and workers run as Ray actors, one worker per GPU
+            and one merged worker per CPU node (one per CPU with `merge=False`); `workers`
+            defaults to all of them. Each actor runs its process as locally, which dies
+            with it; Ray restarts a dead server's actor on its node, port and
+            checkpoints, and a dead worker's actor, which rejoins its group. A token is
+            made when none is given. The logs are in `log_dir` on each actor's node.
+            Defaults to False.
 
     Returns:
         0 if every worker finished, the chief's status if it failed, 1 if another
@@ -108,6 +122,11 @@ def launch(
     >>> launch("examples/fashion_mnist.py", ["--epochs", "1"], workers=4, groups=2)
     0
     """
+    if ray is not False:
+        return _launch_on_ray(
+            ray, script, script_args, workers, groups, ps_shards, throughputs, group_timeout, checkpoint_every,
+            token, log_dir, seed, profile, merge, shared_memory, emulate, faults,
+        )
     spec = _emulated_spec(emulate, faults)
     workers = workers if workers is not None or spec is not None else 4
     if (workers is not None and workers < 1) or groups < 1 or ps_shards < 1:
@@ -166,6 +185,59 @@ def launch(
             signal.signal(signal.SIGTERM, previous)
 
 
+def _launch_on_ray(
+    ray: bool | str,
+    script: str,
+    script_args: Sequence[str],
+    workers: int | None,
+    groups: int,
+    ps_shards: int,
+    throughputs: Sequence[float] | None,
+    group_timeout: float,
+    checkpoint_every: float,
+    token: str | None,
+    log_dir: str | os.PathLike[str] | None,
+    seed: int,
+    profile: object,
+    merge: bool,
+    shared_memory: bool,
+    emulate: object,
+    faults: Sequence[object],
+) -> int:
+    if emulate is not None or faults:
+        raise ValueError("an emulated cluster runs on this machine, not on Ray: drop emulate (--emulate) or ray (--ray)")
+    if profile is not None:
+        raise ValueError("a profile describes this machine, not a Ray cluster's nodes: give throughputs (--throughputs)")
+    if not checkpoint_every > 0:
+        raise ValueError(f"checkpoint_every must be a positive number of seconds, got {checkpoint_every}")
+    if not pathlib.Path(script).is_file():
+        raise FileNotFoundError(f"no training script at {script}")
+    address = ray if isinstance(ray, str) else None
+    start_local = address is None and not os.environ.get("RAY_ADDRESS") and not _RAY_CURRENT_CLUSTER.exists()
+    if start_local and "ray" not in sys.modules:
+        # No cluster to join: the one started here is this machine's alone, on loopback
+        # (Ray reads this as it is imported).
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    try:
+        from omnikeras.launcher.on_ray import launch_on_ray
+    except ImportError as error:
+        raise LaunchError(f"running on Ray needs Ray: pip install 'omnikeras[ray]' ({error})") from None
+    run_dir = pathlib.Path(log_dir or f"runs/launch-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return launch_on_ray(
+            address, start_local, script, script_args, workers, groups, ps_shards, throughputs, group_timeout,
+            checkpoint_every, token, run_dir, seed, merge, shared_memory,
+        )
+    except KeyboardInterrupt:
+        _say("interrupted: the Ray actors are stopped")
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _emulated_spec(emulate: ClusterSpec | str | None, faults: Sequence[FaultSpec | str]) -> ClusterSpec | None:
     extra = [fault if isinstance(fault, FaultSpec) else FaultSpec.parse(fault) for fault in faults]
     if emulate is None:
@@ -192,13 +264,31 @@ def _plan(
     return plan_workers(workers, groups, gpus, cpu_count(), throughputs, profile, merge, threads)
 
 
+class Process(Protocol):
+    """What the watch reads and does of a server or worker: a local `Child`, or on Ray
+    the launcher's view of an actor's process."""
+
+    name: str
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def describe_exit(self) -> str: ...
+
+    def wait_for_output(self, timeout: float = 10.0) -> None: ...
+
+    def terminate(self, grace: float = 10.0) -> None: ...
+
+    def kill(self) -> None: ...
+
+
 class _Cluster:
     def __init__(self, log_dir: pathlib.Path, token: str | None, emulation: EmulatedCluster | None) -> None:
         self.log_dir = log_dir
         self.token = token
         self.emulation = emulation
-        self.servers: list[Child] = []
-        self.workers: list[Child] = []
+        self.servers: list[Process] = []
+        self.workers: list[Process] = []
         self.hosts: dict[str, Child] = {}
         # How each process started, to start it again.
         self._server_args: list[list[str]] = []
@@ -225,7 +315,7 @@ class _Cluster:
             _say(f"parameter servers at {', '.join(addresses)}; logs in {self.log_dir}")
         return addresses
 
-    def _start_server(self, shard: int, args: list[str], mode: str) -> tuple[Child, str]:
+    def _start_server(self, shard: int, args: list[str], mode: str) -> tuple[Process, str]:
         env = dict(os.environ)
         if self.token:
             env["OMNIKERAS_TOKEN"] = self.token
@@ -255,36 +345,18 @@ class _Cluster:
         settings: dict[str, str],
         host: HostSpec | None,
         mode: str,
-    ) -> Child:
-        env = dict(os.environ)
-        env[ENV_VAR] = config.to_json()
-        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        # A worker that crashes in native code leaves its threads' Python stacks in its log.
-        env.setdefault("PYTHONFAULTHANDLER", "1")
-        for name, value in settings.items():
-            # Thread settings the user exported win over the plan's.
-            if name.startswith("TF_NUM_"):
-                env.setdefault(name, value)
-            else:
-                env[name] = value
+    ) -> Process:
         log_path = self.log_dir / f"worker-{config.worker_index}.log"
         name = "the chief (worker 0)" if config.is_chief else f"worker {config.worker_index}"
         if host is not None:
             name += f" on host {host.name}"
         prefix = self.emulation.prefix(host) if self.emulation else []
-        command = [*prefix, sys.executable, script, *script_args]
-        if config.is_chief:
-            # The chief's output reaches the console, without TensorFlow's start-up
-            # lines unless the user asked for them (TF_CPP_MIN_LOG_LEVEL=0).
-            quiet = env["TF_CPP_MIN_LOG_LEVEL"] != "0"
-            worker = Child(name, command, env, open(log_path, mode + "b"), echo=True, quiet=quiet)
-        else:
-            worker = Child(name, command, env, open(log_path, mode))
+        worker = start_worker(config, name, python_command(prefix, script, script_args), settings, log_path, mode)
         if host is not None:
             self.hosts[host.name] = worker
         return worker
 
-    def _may_restart(self, child: Child) -> bool:
+    def _may_restart(self, child: Process) -> bool:
         count = self._restarts.get(child.name, 0)
         if count >= MAX_RESTARTS:
             return False

@@ -1,6 +1,7 @@
 """Child processes that can always be stopped: each in a session of its own, so that the
 launcher alone decides when they end, and nothing outlives it."""
 
+import ctypes
 import os
 import select
 import signal
@@ -10,7 +11,7 @@ import time
 from collections.abc import Sequence
 from typing import IO
 
-from omnikeras.processes import console
+from omnikeras.processes.console import Sink, relay
 
 # What `omnikeras ps` prints, followed by its address, once it serves.
 SERVER_READY = "omnikeras ps listening on "
@@ -21,8 +22,10 @@ class Child:
 
     Its output goes to `log`, or with `read_stdout` its stdout is read here (`read_line`)
     and its stderr goes to `log`; with `echo`, both go whole to `log` (opened in binary)
-    and to this process's console, TensorFlow's native start-up lines left out when
-    `quiet` (see `console.relay`).
+    and to this process's console (or `console`'s two streams), TensorFlow's native
+    start-up lines left out when `quiet` (see `console.relay`). With `die_with_parent`,
+    the kernel kills it when this process dies, however it dies: an actor's process that
+    Ray kills takes its child with it.
     """
 
     def __init__(
@@ -34,6 +37,8 @@ class Child:
         read_stdout: bool = False,
         echo: bool = False,
         quiet: bool = True,
+        console: tuple[Sink, Sink] | None = None,
+        die_with_parent: bool = False,
     ) -> None:
         self.name = name
         self.log_path = log.name if log is not None else None
@@ -45,11 +50,12 @@ class Child:
             stderr=pipe if echo else log,
             text=not echo,
             start_new_session=True,
+            preexec_fn=_die_with_parent if die_with_parent else None,
         )
         self._relays = []
         if echo:
             assert self.process.stdout is not None and self.process.stderr is not None and log is not None
-            self._relays = console.relay(self.process.stdout, self.process.stderr, log, quiet)  # type: ignore[arg-type]
+            self._relays = relay(self.process.stdout, self.process.stderr, log, quiet, console)  # type: ignore[arg-type]
 
     def wait_for_output(self, timeout: float = 10.0) -> None:
         """Waits until everything the process printed has been relayed."""
@@ -99,16 +105,28 @@ def start_parameter_server(
     env: dict[str, str] | None = None,
     name: str = "parameter server",
     prefix: Sequence[str] = (),
+    die_with_parent: bool = False,
 ) -> tuple[Child, str]:
     """Starts `omnikeras ps ARGS --port 0` (after `prefix`, a command that runs it) and
     returns it with the address it listens on."""
     command = [*prefix, sys.executable, "-m", "omnikeras", "ps", "--port", "0", *args]
-    server = Child(name, command, dict(env if env is not None else os.environ), log, read_stdout=True)
+    env = dict(env if env is not None else os.environ)
+    server = Child(name, command, env, log, read_stdout=True, die_with_parent=die_with_parent)
     line = server.read_line(timeout=60)
     if not line.startswith(SERVER_READY):
         server.terminate()
         raise ServerStartError(f"{server.describe_exit()} before it listened")
     return server, line.removeprefix(SERVER_READY).strip()
+
+
+_PR_SET_PDEATHSIG = 1
+# Loaded before any fork: the child between fork and exec only calls into it.
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
+
+
+def _die_with_parent() -> None:
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _signal_group(pid: int, signum: int) -> None:

@@ -5,7 +5,7 @@ import os
 import re
 import sys
 import threading
-from typing import IO
+from typing import IO, Protocol
 
 # Lines TensorFlow's C++ runtime writes as it starts (oneDNN, CUDA probing, CPU
 # features), in absl's format, which TF_CPP_MIN_LOG_LEVEL does not silence before the
@@ -28,13 +28,28 @@ def is_native_log(line: str) -> bool:
     return _NATIVE_LOG.match(line) is not None
 
 
-def relay(stdout: IO[bytes], stderr: IO[bytes], log: IO[bytes], quiet: bool) -> list[threading.Thread]:
-    """Copies the chief's stdout (as it comes, so progress bars move) and stderr (line by
-    line, TensorFlow's native log lines left out when `quiet`) to the console, and both
-    whole into `log`."""
-    lock = threading.Lock()
+class Sink(Protocol):
+    """Where output goes: a console's binary stream, or a buffer."""
 
-    def write(data: bytes, console: IO[bytes]) -> None:
+    def write(self, data: bytes, /) -> int: ...
+
+    def flush(self) -> None: ...
+
+
+def relay(
+    stdout: IO[bytes],
+    stderr: IO[bytes],
+    log: IO[bytes],
+    quiet: bool,
+    console: tuple[Sink, Sink] | None = None,
+) -> list[threading.Thread]:
+    """Copies the chief's stdout (as it comes, so progress bars move) and stderr (line by
+    line, TensorFlow's native log lines left out when `quiet`) to the console, or to
+    `console`'s two streams, and both whole into `log`."""
+    lock = threading.Lock()
+    console_out, console_err = console or (sys.stdout.buffer, sys.stderr.buffer)
+
+    def write(data: bytes, console: Sink) -> None:
         with lock:
             log.write(data)
             log.flush()
@@ -43,7 +58,7 @@ def relay(stdout: IO[bytes], stderr: IO[bytes], log: IO[bytes], quiet: bool) -> 
 
     def copy_stdout() -> None:
         while chunk := os.read(stdout.fileno(), 1 << 16):
-            write(chunk, sys.stdout.buffer)
+            write(chunk, console_out)
 
     def copy_stderr() -> None:
         for line in iter(stderr.readline, b""):
@@ -52,7 +67,7 @@ def relay(stdout: IO[bytes], stderr: IO[bytes], log: IO[bytes], quiet: bool) -> 
                     log.write(line)
                     log.flush()
                 continue
-            write(line, sys.stderr.buffer)
+            write(line, console_err)
 
     threads = [threading.Thread(target=copy, daemon=True) for copy in (copy_stdout, copy_stderr)]
     for thread in threads:

@@ -72,6 +72,7 @@ def die(batch: int, logs: dict) -> None:
 def stall(batch: int, logs: dict) -> None:
     if batch + 1 == args.stall_after and not getattr(stall, "done", False):
         stall.done = True
+        print(f"worker 1 stalls for {args.stall_seconds:g} s", flush=True)
         time.sleep(args.stall_seconds)
 
 

@@ -1,0 +1,147 @@
+"""Where the parameter servers and workers of a run go on a Ray cluster.
+
+Each GPU is one worker (`num_gpus=1`); each CPU-only node is one merged worker with the
+CPUs the servers leave it (the batch-merging CPU path, per node), or with `merge` off one
+worker per CPU. Servers take `SERVER_CPUS` each on the CPU nodes with the most CPUs.
+"""
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from omnikeras.profiles.threads import ThreadSettings
+
+# Logical CPUs each parameter server holds on its node: it runs the updates.
+SERVER_CPUS = 1.0
+
+
+@dataclass(frozen=True)
+class RayNode:
+    """A live node of the Ray cluster and its logical resources."""
+
+    node_id: str
+    cpus: float
+    gpus: int
+
+
+@dataclass(frozen=True)
+class Slot:
+    """What one actor holds: its node and logical resources."""
+
+    node_id: str
+    num_cpus: float
+    num_gpus: int = 0
+
+    def describe(self) -> str:
+        cpus = f"{self.num_cpus:g} CPU{'s' * (self.num_cpus != 1)}"
+        return f"1 GPU and {cpus}" if self.num_gpus else cpus
+
+
+@dataclass(frozen=True)
+class RayPlan:
+    """The actors of a run on a Ray cluster.
+
+    Args:
+        servers: Where each parameter-server shard runs.
+        workers: Where each worker process runs, the chief first.
+        throughputs: Examples/s of each worker, which size its share of its group's batch;
+            None gives equal shares.
+        environments: Thread settings of each worker process.
+        message: What the launcher tells the user about the plan.
+    """
+
+    servers: tuple[Slot, ...]
+    workers: tuple[Slot, ...]
+    throughputs: tuple[float, ...] | None
+    environments: tuple[dict[str, str], ...]
+    message: str
+
+
+def plan_ray_cluster(
+    nodes: Sequence[RayNode],
+    workers: int | None,
+    groups: int,
+    ps_shards: int,
+    merge: bool = True,
+    throughputs: Sequence[float] | None = None,
+) -> RayPlan:
+    """Places `ps_shards` servers and the workers of `groups` groups on `nodes`.
+
+    `workers` defaults to every place the cluster has (one per GPU, one per CPU node); a
+    smaller number takes the GPUs first, then the CPU nodes with the most CPUs. Without
+    `throughputs`, workers on alike places get equal shares and CPU workers shares in
+    proportion to their CPUs; a cluster mixing GPU and CPU workers needs `throughputs`.
+
+    Example:
+
+    >>> nodes = [RayNode("head", cpus=8, gpus=0), RayNode("gpu", cpus=8, gpus=2)]
+    >>> plan = plan_ray_cluster(nodes, workers=2, groups=2, ps_shards=1)
+    >>> [(slot.node_id, slot.num_gpus) for slot in plan.workers]
+    [('gpu', 1), ('gpu', 1)]
+    """
+    if ps_shards < 1 or groups < 1 or (workers is not None and workers < 1):
+        raise ValueError("workers, groups and ps_shards must be at least 1")
+    nodes = [node for node in nodes if node.cpus > 0 or node.gpus > 0]
+    if not nodes:
+        raise ValueError("the Ray cluster has no node with CPUs or GPUs")
+    free = {node.node_id: float(node.cpus) for node in nodes}
+    servers = []
+    hosts = sorted(nodes, key=lambda node: (node.gpus > 0, -node.cpus))
+    for shard in range(ps_shards):
+        node = hosts[shard % len(hosts)]
+        if free[node.node_id] < SERVER_CPUS:
+            raise ValueError(
+                f"{ps_shards} parameter servers need {SERVER_CPUS:g} CPU each; node {node.node_id} has "
+                f"{free[node.node_id]:g} left"
+            )
+        free[node.node_id] -= SERVER_CPUS
+        servers.append(Slot(node.node_id, SERVER_CPUS))
+
+    places = []
+    for node in nodes:
+        cpus = free[node.node_id]
+        if node.gpus:
+            places += [Slot(node.node_id, cpus / node.gpus, 1)] * node.gpus
+        elif cpus > 0:
+            count = 1 if merge else max(1, math.floor(cpus))
+            places += [Slot(node.node_id, cpus / count)] * count
+    places.sort(key=lambda slot: (-slot.num_gpus, -slot.num_cpus))
+    workers = len(places) if workers is None else workers
+    if workers > len(places):
+        raise ValueError(
+            f"the Ray cluster has room for {len(places)} worker{'s' * (len(places) != 1)} "
+            f"({_count(places)}); {workers} asked for"
+        )
+    if groups > workers:
+        raise ValueError(f"{groups} groups need at least as many workers, got {workers}")
+    chosen = tuple(places[:workers])
+
+    if throughputs is not None:
+        if len(throughputs) != workers:
+            raise ValueError(f"{len(throughputs)} throughputs for {workers} workers")
+        shares: tuple[float, ...] | None = tuple(throughputs)
+    elif len({(slot.num_gpus, slot.num_cpus) for slot in chosen}) == 1:
+        shares = None
+    elif any(slot.num_gpus for slot in chosen):
+        raise ValueError(
+            "the workers mix GPUs and CPUs: give each one's examples/s with throughputs (--throughputs), "
+            "as `omnikeras profile` measures them on each kind of node"
+        )
+    else:
+        shares = tuple(slot.num_cpus for slot in chosen)
+    environments = tuple(ThreadSettings(max(1, math.floor(slot.num_cpus)), 1).environment() for slot in chosen)
+    message = (
+        f"Ray cluster of {len(nodes)} node{'s' * (len(nodes) != 1)}: {ps_shards} parameter "
+        f"server{'s' * (ps_shards != 1)}, {workers} worker{'s' * (workers != 1)} ({_count(chosen)}) "
+        f"in {groups} group{'s' * (groups != 1)}"
+    )
+    if shares is not None and throughputs is None:
+        message += ", batch shares in proportion to their CPUs"
+    return RayPlan(tuple(servers), chosen, shares, environments, message)
+
+
+def _count(slots: Sequence[Slot]) -> str:
+    kinds: dict[str, int] = {}
+    for slot in slots:
+        kinds[slot.describe()] = kinds.get(slot.describe(), 0) + 1
+    return ", ".join(f"{count} with {kind}" for kind, count in kinds.items())
