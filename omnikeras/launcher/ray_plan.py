@@ -2,7 +2,8 @@
 
 Each GPU is one worker (`num_gpus=1`); each CPU-only node is one merged worker with the
 CPUs the servers leave it (the batch-merging CPU path, per node), or with `merge` off one
-worker per CPU. Servers take `SERVER_CPUS` each on the CPU nodes with the most CPUs.
+worker per CPU. Servers take `SERVER_CPUS` each, spread over the nodes: CPU-only nodes
+first, the ones with the most CPUs first.
 """
 
 import math

@@ -12,6 +12,9 @@ import pytest
         (["--workers", "2", "--groups", "3", "x.py"], "3 groups need at least as many workers"),
         (["--workers", "0", "x.py"], "at least 1"),
         (["no-such-script.py"], "no training script at no-such-script.py"),
+        (["--ray", "--emulate", "mixed", "x.py"], "an emulated cluster runs on this machine, not on Ray"),
+        (["--ray", "--profile", "p.json", "x.py"], "a profile describes this machine, not a Ray cluster's nodes"),
+        (["--ray-address", "127.0.0.1:1", "no-such-script.py"], "no training script at no-such-script.py"),
     ],
 )
 def test_bad_requests_exit_with_a_message(tmp_path, args: list[str], message: str) -> None:
