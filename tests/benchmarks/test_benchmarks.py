@@ -28,6 +28,7 @@ BENCHMARKS = pathlib.Path(__file__).resolve().parents[2] / "benchmarks"
             *(() if MISSING else ("emulated_sync_s", "emulated_async_s", "emulated_omnivore_s", "emulated_best_fixed_over_omnivore")),
         }),
         ("cpu_path.py", {"merged_vs_4_processes", "merged_vs_plain_keras", "flops_fraction_of_matmul"}),
+        ("ray_overhead.py", {"ray_over_local_steps_per_s"}),
         pytest.param(
             "emulated_cluster.py", {"link_mb_s", "spu_by_groups", "async_over_sync_updates_per_s"},
             marks=pytest.mark.skipif(bool(MISSING), reason=f"cannot emulate here: {'; '.join(MISSING)}"),
