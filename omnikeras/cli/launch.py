@@ -60,6 +60,9 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
         help="seconds between the servers' checkpoints, from which a restarted server resumes (default: %(default)s)",
     )
     parser.add_argument("--token", help="shared secret between servers and workers (on Ray, a random one by default)")
+    parser.add_argument("--tls-cert", help="PEM certificate the parameter servers serve TLS with (with --tls-key)")
+    parser.add_argument("--tls-key", help="PEM private key of --tls-cert")
+    parser.add_argument("--tls-ca", help="PEM certificate of the CA the workers trust (default: --tls-cert, self-signed)")
     parser.add_argument("--log-dir", help="where the logs go (default: runs/launch-<time>)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the shared data shuffle (default: %(default)s)")
     parser.add_argument("script", help="the training script")
@@ -87,6 +90,9 @@ def run(args: argparse.Namespace) -> int:
             emulate=args.emulate,
             faults=args.fault,
             ray=args.ray_address or args.ray,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+            tls_ca=args.tls_ca,
         )
     except (ValueError, OSError, LaunchError, RuntimeError) as error:
         print(f"omnikeras launch: {error}", file=sys.stderr)

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from types import FrameType
 from typing import Protocol
 
@@ -52,6 +53,9 @@ def launch(
     emulate: ClusterSpec | str | None = None,
     faults: Sequence[FaultSpec | str] = (),
     ray: bool | str = False,
+    tls_cert: str | os.PathLike[str] | None = None,
+    tls_key: str | os.PathLike[str] | None = None,
+    tls_ca: str | os.PathLike[str] | None = None,
 ) -> int:
     """Runs `script` on a local cluster, or on a Ray cluster, and returns its exit status.
 
@@ -112,6 +116,10 @@ def launch(
             checkpoints, and a dead worker's actor, which rejoins its group. A token is
             made when none is given. The logs are in `log_dir` on each actor's node.
             Defaults to False.
+        tls_cert, tls_key: PEM certificate and key the servers serve TLS with; None (the
+            default) serves without TLS. Both or neither.
+        tls_ca: PEM certificate of the CA the workers trust; defaults to `tls_cert`, for a
+            self-signed certificate.
 
     Returns:
         0 if every worker finished, the chief's status if it failed, 1 if another
@@ -122,10 +130,11 @@ def launch(
     >>> launch("examples/fashion_mnist.py", ["--epochs", "1"], workers=4, groups=2)
     0
     """
+    tls = TLSFiles.of(tls_cert, tls_key, tls_ca)
     if ray is not False:
         return _launch_on_ray(
             ray, script, script_args, workers, groups, ps_shards, throughputs, group_timeout, checkpoint_every,
-            token, log_dir, seed, profile, merge, shared_memory, emulate, faults,
+            token, log_dir, seed, profile, merge, shared_memory, emulate, faults, tls,
         )
     spec = _emulated_spec(emulate, faults)
     workers = workers if workers is not None or spec is not None else 4
@@ -156,7 +165,7 @@ def launch(
     with contextlib.ExitStack() as stack:
         try:
             emulation = stack.enter_context(EmulatedCluster(spec)) if spec is not None else None
-            cluster = _Cluster(log_dir, token, emulation)
+            cluster = _Cluster(log_dir, token, emulation, tls)
             # Last in, first out: the processes stop before the namespace goes.
             stack.callback(cluster.stop_all)
             addresses = cluster.start_servers(ps_shards, groups, group_timeout, checkpoint_every)
@@ -167,6 +176,7 @@ def launch(
                     num_workers=plan.num_workers,
                     throughputs=plan.throughputs,
                     token=token,
+                    root_cert=tls.ca if tls else None,
                     seed=seed,
                     # Emulated hosts are apart: they reach the servers through the link.
                     shared_memory=shared_memory and emulation is None,
@@ -203,6 +213,7 @@ def _launch_on_ray(
     shared_memory: bool,
     emulate: object,
     faults: Sequence[object],
+    tls: "TLSFiles | None",
 ) -> int:
     if emulate is not None or faults:
         raise ValueError("an emulated cluster runs on this machine, not on Ray: drop emulate (--emulate) or ray (--ray)")
@@ -229,7 +240,7 @@ def _launch_on_ray(
     try:
         return launch_on_ray(
             address, start_local, script, script_args, workers, groups, ps_shards, throughputs, group_timeout,
-            checkpoint_every, token, run_dir, seed, merge, shared_memory,
+            checkpoint_every, token, run_dir, seed, merge, shared_memory, tls,
         )
     except KeyboardInterrupt:
         _say("interrupted: the Ray actors are stopped")
@@ -264,6 +275,39 @@ def _plan(
     return plan_workers(workers, groups, gpus, cpu_count(), throughputs, profile, merge, threads)
 
 
+@dataclass(frozen=True)
+class TLSFiles:
+    """PEM files of the servers' TLS: their certificate and key, and the certificate of
+    the CA the workers trust (the certificate itself where it is self-signed)."""
+
+    cert: str
+    key: str
+    ca: str
+
+    @classmethod
+    def of(
+        cls,
+        cert: str | os.PathLike[str] | None,
+        key: str | os.PathLike[str] | None,
+        ca: str | os.PathLike[str] | None,
+    ) -> "TLSFiles | None":
+        """The files given, checked; None where no certificate is."""
+        if (cert is None) != (key is None):
+            raise ValueError("TLS needs both a certificate and a key (--tls-cert, --tls-key)")
+        if cert is None or key is None:
+            if ca is not None:
+                raise ValueError("a CA (--tls-ca) is for the servers' certificate: give it too (--tls-cert, --tls-key)")
+            return None
+        files = cls(str(cert), str(key), str(ca if ca is not None else cert))
+        for path in (files.cert, files.key, files.ca):
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"no TLS file at {path}")
+        return files
+
+    def server_args(self) -> list[str]:
+        return ["--tls-cert", self.cert, "--tls-key", self.key]
+
+
 class Process(Protocol):
     """What the watch reads and does of a server or worker: a local `Child`, or on Ray
     the launcher's view of an actor's process."""
@@ -283,9 +327,12 @@ class Process(Protocol):
 
 
 class _Cluster:
-    def __init__(self, log_dir: pathlib.Path, token: str | None, emulation: EmulatedCluster | None) -> None:
+    def __init__(
+        self, log_dir: pathlib.Path, token: str | None, emulation: EmulatedCluster | None, tls: TLSFiles | None = None
+    ) -> None:
         self.log_dir = log_dir
         self.token = token
+        self.tls = tls
         self.emulation = emulation
         self.servers: list[Process] = []
         self.workers: list[Process] = []
@@ -302,6 +349,7 @@ class _Cluster:
                 "--groups", str(groups), "--group-timeout", str(group_timeout),
                 "--checkpoint-dir", str(self.log_dir / f"ps-{shard}-checkpoints"),
                 "--checkpoint-every", str(checkpoint_every),
+                *(self.tls.server_args() if self.tls else []),
             ]
             server, address = self._start_server(shard, args, "w")
             self.servers.append(server)

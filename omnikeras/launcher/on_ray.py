@@ -18,7 +18,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from omnikeras.config import WorkerConfig
 from omnikeras.launcher import launcher
-from omnikeras.launcher.launcher import MAX_RESTARTS, LaunchError
+from omnikeras.launcher.launcher import MAX_RESTARTS, LaunchError, TLSFiles
 from omnikeras.launcher.ray_actors import ServerActor, WorkerActor
 from omnikeras.launcher.ray_plan import RayNode, RayPlan, Slot, plan_ray_cluster
 
@@ -151,10 +151,13 @@ class ActorChild:
 class RayCluster(launcher._Cluster):
     """Parameter servers and workers as Ray actors placed by `plan`; `watch` as locally."""
 
-    def __init__(self, log_dir: pathlib.Path, token: str, plan: RayPlan) -> None:
-        super().__init__(log_dir, token, None)
+    def __init__(self, log_dir: pathlib.Path, token: str, plan: RayPlan, tls: TLSFiles | None) -> None:
+        super().__init__(log_dir, token, None, tls)
         self.plan = plan
         self.token = token
+        # The files may be on this machine alone: their contents travel to the actors.
+        self._server_tls = (_read(tls.cert), _read(tls.key)) if tls else None
+        self._worker_ca = _read(tls.ca) if tls else None
         self._server_actor: Any = ray.remote(ServerActor)
         self._worker_actor: Any = ray.remote(WorkerActor)
 
@@ -177,7 +180,8 @@ class RayCluster(launcher._Cluster):
         args = ["--groups", str(groups), "--group-timeout", str(group_timeout), "--checkpoint-every", str(checkpoint_every)]
         actors = [
             self._server_actor.options(**self._options(f"ps-{shard}", slot, MAX_RESTARTS)).remote(
-                shard, args, str(self.log_dir / f"ps-{shard}-checkpoints"), str(self.log_dir / f"ps-{shard}.log"), self.token
+                shard, args, str(self.log_dir / f"ps-{shard}-checkpoints"), str(self.log_dir / f"ps-{shard}.log"), self.token,
+                self._server_tls,
             )
             for shard, slot in enumerate(self.plan.servers)
         ]
@@ -208,7 +212,7 @@ class RayCluster(launcher._Cluster):
         restarts = 0 if config.is_chief else MAX_RESTARTS
         actor = self._worker_actor.options(**self._options(f"worker-{config.worker_index}", slot, restarts)).remote(
             config, [self._name(f"ps-{shard}") for shard in range(len(self.servers))], script, list(script_args), settings,
-            str(log_path), name, os.getcwd(),
+            str(log_path), name, os.getcwd(), self._worker_ca,
         )
         report = _get(actor.poll.remote(), name)
         return ActorChild(name, actor, log_path, report.start)
@@ -225,6 +229,10 @@ class RayCluster(launcher._Cluster):
             return fresh
         worker.restarted(worker.actor, _get(worker.actor.restart.remote(config), worker.name))
         return worker
+
+
+def _read(path: str) -> bytes:
+    return pathlib.Path(path).read_bytes()
 
 
 def _get(refs: Any, what: str) -> Any:
@@ -253,6 +261,7 @@ def launch_on_ray(
     seed: int,
     merge: bool,
     shared_memory: bool,
+    tls: TLSFiles | None,
 ) -> int:
     """The Ray half of `launch`: see its docstring."""
     disconnect = connect(address, start_local)
@@ -261,7 +270,7 @@ def launch_on_ray(
         launcher._say(plan.message)
         # Actors run on machines that may be shared: a token unless one was given.
         token = token or secrets.token_urlsafe(32)
-        cluster = RayCluster(log_dir.absolute(), token, plan)
+        cluster = RayCluster(log_dir.absolute(), token, plan, tls)
         try:
             addresses = cluster.start_servers(ps_shards, groups, group_timeout, checkpoint_every)
             for index, environment in enumerate(plan.environments):

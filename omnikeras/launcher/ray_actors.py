@@ -6,6 +6,7 @@ checkpoints, a worker rejoining its group."""
 import dataclasses
 import os
 import pathlib
+import tempfile
 import threading
 import uuid
 from collections.abc import Sequence
@@ -55,13 +56,31 @@ def _reconstructed() -> bool:
     return bool(ray.get_runtime_context().was_current_actor_reconstructed)
 
 
-class ServerActor:
-    """Runs `omnikeras ps ARGS` on this node's address; after a restart, on the port it
-    had, from its checkpoints in `checkpoint_dir`."""
+def _private_file(name: str, contents: bytes) -> str:
+    """`contents` in a file of a directory only this user may read."""
+    path = pathlib.Path(tempfile.mkdtemp(prefix="omnikeras-tls-")) / name
+    path.write_bytes(contents)
+    return str(path)
 
-    def __init__(self, shard: int, args: Sequence[str], checkpoint_dir: str, log_path: str, token: str) -> None:
+
+class ServerActor:
+    """Runs `omnikeras ps ARGS` on this node's address, with TLS where `tls` holds a
+    certificate and key (PEM); after a restart, on the port it had, from its checkpoints
+    in `checkpoint_dir`."""
+
+    def __init__(
+        self,
+        shard: int,
+        args: Sequence[str],
+        checkpoint_dir: str,
+        log_path: str,
+        token: str,
+        tls: tuple[bytes, bytes] | None,
+    ) -> None:
         self._shard = shard
         self._args = list(args)
+        if tls is not None:
+            self._args += ["--tls-cert", _private_file("cert.pem", tls[0]), "--tls-key", _private_file("key.pem", tls[1])]
         self._checkpoints = pathlib.Path(checkpoint_dir)
         self._checkpoints.mkdir(parents=True, exist_ok=True)
         self._log_path = pathlib.Path(log_path)
@@ -98,9 +117,10 @@ class ServerActor:
 
 class WorkerActor:
     """Runs the training script as the worker `config` describes, in `cwd`; the chief's
-    output is kept for the launcher's console. After a restart it rejoins its group at
-    the servers' addresses, which it asks of their actors, named in `servers` (in the
-    actor's namespace)."""
+    output is kept for the launcher's console; it trusts the servers' TLS certificates
+    signed by `ca` (PEM), if given. After a restart it rejoins its group at the servers'
+    addresses, which it asks of their actors, named in `servers` (in the actor's
+    namespace)."""
 
     def __init__(
         self,
@@ -112,6 +132,7 @@ class WorkerActor:
         log_path: str,
         name: str,
         cwd: str,
+        ca: bytes | None,
     ) -> None:
         if os.path.isdir(cwd):
             os.chdir(cwd)
@@ -121,12 +142,14 @@ class WorkerActor:
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
         self._name = name
         self._console = (_Buffer(), _Buffer()) if config.is_chief else None
+        self._root_cert = _private_file("ca.pem", ca) if ca is not None else None
         if _reconstructed():
             addresses = ray.get([ray.get_actor(server).address.remote() for server in servers])
             config = dataclasses.replace(config, rejoining=True, parameter_servers=tuple(addresses))
         self._start(config, "a" if config.rejoining else "w")
 
     def _start(self, config: WorkerConfig, mode: str) -> None:
+        config = dataclasses.replace(config, root_cert=self._root_cert)
         self._child: Child = start_worker(
             config, self._name, self._command, self._settings, self._log_path, mode, self._console, die_with_parent=True
         )

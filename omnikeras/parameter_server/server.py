@@ -148,7 +148,7 @@ class ParameterServer:
         if self.checkpoint_every:
             self._checkpointer = threading.Thread(target=self._checkpoint_loop, daemon=True)
             self._checkpointer.start()
-        logger.info("parameter server listening on %s", self.address)
+        logger.info("parameter server listening on %s%s", self.address, " with TLS" if self.tls else "")
         return self.port
 
     def stop(self, grace: float = 1.0) -> None:

@@ -15,6 +15,9 @@ import pytest
         (["--ray", "--emulate", "mixed", "x.py"], "an emulated cluster runs on this machine, not on Ray"),
         (["--ray", "--profile", "p.json", "x.py"], "a profile describes this machine, not a Ray cluster's nodes"),
         (["--ray-address", "127.0.0.1:1", "no-such-script.py"], "no training script at no-such-script.py"),
+        (["--tls-cert", "x.py", "x.py"], "TLS needs both a certificate and a key"),
+        (["--tls-ca", "x.py", "x.py"], "a CA (--tls-ca) is for the servers' certificate"),
+        (["--tls-cert", "no.pem", "--tls-key", "no.pem", "x.py"], "no TLS file at no.pem"),
     ],
 )
 def test_bad_requests_exit_with_a_message(tmp_path, args: list[str], message: str) -> None:

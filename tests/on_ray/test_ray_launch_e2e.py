@@ -9,6 +9,7 @@ import time
 
 import pytest
 import ray
+from certificates import self_signed
 from cluster_results import result_of
 
 SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "strategy" / "cluster_script.py"
@@ -64,6 +65,14 @@ def test_two_nodes_train_the_digits_model_as_the_local_launcher_does(ray_cluster
     accuracy, local_accuracy = chief["test_accuracy"], result_of(local.stdout)["test_accuracy"]
     assert accuracy > 0.85 and abs(accuracy - local_accuracy) <= 0.05, (accuracy, local_accuracy)
     assert _actors_of(tmp_path / "ray") == []
+
+
+def test_with_a_certificate_the_servers_serve_tls_to_workers_on_every_node(ray_cluster, tmp_path) -> None:
+    cert, key = self_signed(tmp_path)
+    run = _run(tmp_path / "run", ray_cluster, "--tls-cert", cert, "--tls-key", key, script_args=("--epochs", "2"))
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "with TLS" in (tmp_path / "run" / "ps-0.log").read_text()
+    assert result_of(run.stdout)["steps"] > 0
 
 
 def test_a_killed_worker_actor_is_restarted_by_ray_and_rejoins_its_group(ray_cluster, tmp_path) -> None:

@@ -1,6 +1,5 @@
 """Shared token, TLS and the standard health service, against real server processes."""
 
-import shutil
 import socket
 import subprocess
 import sys
@@ -8,6 +7,7 @@ import sys
 import grpc
 import numpy as np
 import pytest
+from certificates import self_signed
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from omnikeras import Hyperparameters, ParameterServerClient
@@ -77,16 +77,7 @@ def test_the_token_can_come_from_the_environment(start_server, monkeypatch) -> N
 
 @pytest.fixture
 def certificate(tmp_path):
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is needed to make a test certificate")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
-        check=True, capture_output=True,
-    )
-    return str(cert), str(key)
+    return self_signed(tmp_path)
 
 
 def test_tls_with_a_token(start_server, certificate) -> None:
