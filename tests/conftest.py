@@ -11,6 +11,9 @@ import pytest
 from omnikeras.processes import Child, start_parameter_server
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Before anything imports Ray: every Ray cluster, driver and worker of the tests on loopback.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 
 
 class ServerProcess:

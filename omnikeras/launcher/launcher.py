@@ -111,7 +111,8 @@ def launch(
             cluster, or starts one on its loopback; a string is the address of the
             cluster to join. The servers and workers run as Ray actors, one worker per GPU
             and one merged worker per CPU node (one per CPU with `merge=False`); `workers`
-            defaults to all of them. Each actor runs its process as locally, which dies
+            defaults to all of them. Where GPU and CPU workers mix and `throughputs` is
+            None, each kind of node is profiled once and the profile cached. Each actor runs its process as locally, which dies
             with it; Ray restarts a dead server's actor on its node, port and
             checkpoints, and a dead worker's actor, which rejoins its group. A token is
             made when none is given. The logs are in `log_dir` on each actor's node.

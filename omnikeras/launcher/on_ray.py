@@ -2,11 +2,15 @@
 cluster, watched and restarted as the local launcher watches its processes."""
 
 import dataclasses
+import importlib.metadata
+import json
 import logging
 import os
 import pathlib
 import secrets
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -20,12 +24,16 @@ from omnikeras.config import WorkerConfig
 from omnikeras.launcher import launcher
 from omnikeras.launcher.launcher import MAX_RESTARTS, LaunchError, TLSFiles
 from omnikeras.launcher.ray_actors import ServerActor, WorkerActor
-from omnikeras.launcher.ray_plan import RayNode, RayPlan, Slot, plan_ray_cluster
+from omnikeras.launcher.ray_plan import RayNode, RayPlan, Slot, node_kind, plan_ray_cluster
+from omnikeras.profiles.profile import ClusterProfile
+from omnikeras.profiles.thread_cache import cache_dir
 
 _POLL_SECONDS = 0.1
 # Where the launcher's actors are named: `<run directory name>:ps-<shard>` and
 # `<run directory name>:worker-<index>`, for `ray.get_actor(name, namespace=NAMESPACE)`.
 NAMESPACE = "omnikeras"
+# Profiles of the kinds of Ray nodes, in the cache directory.
+PROFILES_FILE = "ray-node-profiles.json"
 # How long actors may take to be placed and to start their process.
 _START_SECONDS = 180.0
 
@@ -43,12 +51,72 @@ def connect(address: str | None, start_local: bool) -> Callable[[], None]:
 
 
 def live_nodes() -> list[RayNode]:
-    """The cluster's live nodes with their logical CPUs and GPUs."""
-    return [
-        RayNode(node["NodeID"], float(node["Resources"].get("CPU", 0)), int(node["Resources"].get("GPU", 0)))
-        for node in ray.nodes()
-        if node["Alive"]
-    ]
+    """The cluster's live nodes with their logical CPUs and GPUs; a node's kind names
+    them and its accelerator type."""
+    nodes = []
+    for node in ray.nodes():
+        if not node["Alive"]:
+            continue
+        resources = node["Resources"]
+        cpus, gpus = float(resources.get("CPU", 0)), int(resources.get("GPU", 0))
+        accelerators = sorted(k.removeprefix("accelerator_type:") for k in resources if k.startswith("accelerator_type:"))
+        nodes.append(RayNode(node["NodeID"], cpus, gpus, node_kind(cpus, gpus, accelerators)))
+    return nodes
+
+
+def _profile_on_node() -> str:
+    """`omnikeras profile` of the reference CNN on the node this task runs on, as JSON."""
+    with tempfile.TemporaryDirectory() as directory:
+        out = os.path.join(directory, "profile.json")
+        subprocess.run(
+            [sys.executable, "-m", "omnikeras", "profile", "--repeats", "3", "--seconds", "0.5", "--out", out],
+            check=True, capture_output=True, timeout=1800,
+        )
+        return pathlib.Path(out).read_text()
+
+
+class NodeProfiles:
+    """Profiles of the kinds of Ray nodes, measured once per kind (with `measure`, by
+    default `omnikeras profile` as a Ray task on a node of that kind) and kept in `path`."""
+
+    def __init__(self, path: pathlib.Path, measure: Callable[[RayNode], str] | None = None) -> None:
+        self.path = path
+        self._measure = measure or _measure_on
+
+    def __call__(self, node: RayNode) -> ClusterProfile:
+        key = f"{node.kind}, tensorflow {_tensorflow_version()}"
+        try:
+            cached = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            cached = {}
+        if not isinstance(cached, dict):
+            cached = {}
+        if key in cached:
+            return ClusterProfile.from_json(cached[key])
+        launcher._say(f"profiling a node of {node.kind} once; the profile is kept in {self.path}")
+        profile = self._measure(node)
+        cached[key] = profile
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self.path.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(cached, indent=2))
+        temporary.replace(self.path)
+        return ClusterProfile.from_json(profile)
+
+
+def _measure_on(node: RayNode) -> str:
+    task = ray.remote(_profile_on_node).options(
+        num_cpus=node.cpus,
+        num_gpus=node.gpus,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
+    )
+    return str(ray.get(task.remote()))
+
+
+def _tensorflow_version() -> str:
+    try:
+        return importlib.metadata.version("tensorflow")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 class ActorChild:
@@ -266,7 +334,8 @@ def launch_on_ray(
     """The Ray half of `launch`: see its docstring."""
     disconnect = connect(address, start_local)
     try:
-        plan = plan_ray_cluster(live_nodes(), workers, groups, ps_shards, merge, throughputs)
+        profiles = NodeProfiles(cache_dir() / PROFILES_FILE)
+        plan = plan_ray_cluster(live_nodes(), workers, groups, ps_shards, merge, throughputs, profiles)
         launcher._say(plan.message)
         # Actors run on machines that may be shared: a token unless one was given.
         token = token or secrets.token_urlsafe(32)

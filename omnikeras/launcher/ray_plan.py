@@ -7,9 +7,10 @@ first, the ones with the most CPUs first.
 """
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from omnikeras.profiles.profile import ClusterProfile
 from omnikeras.profiles.threads import ThreadSettings
 
 # Logical CPUs each parameter server holds on its node: it runs the updates.
@@ -18,11 +19,27 @@ SERVER_CPUS = 1.0
 
 @dataclass(frozen=True)
 class RayNode:
-    """A live node of the Ray cluster and its logical resources."""
+    """A live node of the Ray cluster and its logical resources; nodes of one `kind`
+    (by default their CPUs and GPUs) train alike."""
 
     node_id: str
     cpus: float
     gpus: int
+    kind: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.kind:
+            object.__setattr__(self, "kind", node_kind(self.cpus, self.gpus))
+
+
+def node_kind(cpus: float, gpus: int, accelerators: Sequence[str] = ()) -> str:
+    """What tells nodes apart for training: CPUs, GPUs and the GPUs' type.
+
+    >>> node_kind(8, 2, ["A100"])
+    '8 CPUs, 2 GPUs (A100)'
+    """
+    kind = f"{cpus:g} CPU{'s' * (cpus != 1)}, {gpus} GPU{'s' * (gpus != 1)}"
+    return kind + (f" ({', '.join(accelerators)})" if accelerators else "")
 
 
 @dataclass(frozen=True)
@@ -65,13 +82,16 @@ def plan_ray_cluster(
     ps_shards: int,
     merge: bool = True,
     throughputs: Sequence[float] | None = None,
+    profile_of: Callable[[RayNode], ClusterProfile] | None = None,
 ) -> RayPlan:
     """Places `ps_shards` servers and the workers of `groups` groups on `nodes`.
 
     `workers` defaults to every place the cluster has (one per GPU, one per CPU node); a
     smaller number takes the GPUs first, then the CPU nodes with the most CPUs. Without
     `throughputs`, workers on alike places get equal shares and CPU workers shares in
-    proportion to their CPUs; a cluster mixing GPU and CPU workers needs `throughputs`.
+    proportion to their CPUs; where GPU and CPU workers mix, each gets the peak
+    throughput of its device in `profile_of` its node (asked once per kind of node), and
+    without `profile_of` such a plan is refused.
 
     Example:
 
@@ -124,10 +144,12 @@ def plan_ray_cluster(
     elif len({(slot.num_gpus, slot.num_cpus) for slot in chosen}) == 1:
         shares = None
     elif any(slot.num_gpus for slot in chosen):
-        raise ValueError(
-            "the workers mix GPUs and CPUs: give each one's examples/s with throughputs (--throughputs), "
-            "as `omnikeras profile` measures them on each kind of node"
-        )
+        if profile_of is None:
+            raise ValueError(
+                "the workers mix GPUs and CPUs: give each one's examples/s with throughputs (--throughputs), "
+                "as `omnikeras profile` measures them on each kind of node"
+            )
+        shares = _profiled_shares(chosen, {node.node_id: node for node in nodes}, profile_of)
     else:
         shares = tuple(slot.num_cpus for slot in chosen)
     environments = tuple(ThreadSettings(max(1, math.floor(slot.num_cpus)), 1).environment() for slot in chosen)
@@ -137,8 +159,25 @@ def plan_ray_cluster(
         f"in {groups} group{'s' * (groups != 1)}"
     )
     if shares is not None and throughputs is None:
-        message += ", batch shares in proportion to their CPUs"
+        mixed = any(slot.num_gpus for slot in chosen)
+        message += ", batch shares by their devices' profiles" if mixed else ", batch shares in proportion to their CPUs"
     return RayPlan(tuple(servers), chosen, shares, environments, message)
+
+
+def _profiled_shares(
+    slots: Sequence[Slot], nodes: dict[str, RayNode], profile_of: Callable[[RayNode], ClusterProfile]
+) -> tuple[float, ...]:
+    profiles: dict[str, ClusterProfile] = {}
+    shares = []
+    for slot in slots:
+        node = nodes[slot.node_id]
+        if node.kind not in profiles:
+            profiles[node.kind] = profile_of(node)
+        devices = [d for d in profiles[node.kind].devices if d.kind == ("GPU" if slot.num_gpus else "CPU")]
+        if not devices:
+            raise ValueError(f"the profile of nodes of {node.kind} has no {'GPU' if slot.num_gpus else 'CPU'}")
+        shares.append(devices[0].peak_throughput)
+    return tuple(shares)
 
 
 def _count(slots: Sequence[Slot]) -> str:

@@ -3,6 +3,7 @@
 import pytest
 
 from omnikeras.launcher.ray_plan import SERVER_CPUS, RayNode, plan_ray_cluster
+from omnikeras.profiles import ClusterProfile, DeviceProfile
 
 
 def test_one_merged_worker_per_cpu_node_with_what_the_server_leaves() -> None:
@@ -61,3 +62,49 @@ def test_plans_that_cannot_run_are_refused_with_the_reason(nodes, workers, group
 def test_throughputs_must_name_every_worker() -> None:
     with pytest.raises(ValueError, match="1 throughputs for 2 workers"):
         plan_ray_cluster([RayNode("a", 3, 0), RayNode("b", 2, 0)], None, 1, 1, throughputs=[1.0])
+
+
+def _profile(cpu: float, gpu: float | None = None) -> ClusterProfile:
+    devices = [DeviceProfile("/CPU:0", "CPU", (64,), (cpu,))]
+    if gpu is not None:
+        devices.append(DeviceProfile("/GPU:0", "GPU", (64,), (gpu,)))
+    return ClusterProfile("m:f", 1, tuple(devices), 0.001)
+
+
+def test_gpu_and_cpu_workers_get_shares_from_one_profile_per_kind_of_node() -> None:
+    nodes = [RayNode("g1", 4, 1, "gpu box"), RayNode("g2", 4, 1, "gpu box"), RayNode("c", 9, 0, "cpu box")]
+    asked: list[str] = []
+
+    def profile_of(node: RayNode) -> ClusterProfile:
+        asked.append(node.kind)
+        return _profile(100.0, 900.0) if node.kind == "gpu box" else _profile(250.0)
+
+    plan = plan_ray_cluster(nodes, None, groups=1, ps_shards=1, profile_of=profile_of)
+    assert [(s.node_id, s.num_gpus) for s in plan.workers] == [("g1", 1), ("g2", 1), ("c", 0)]
+    assert plan.throughputs == (900.0, 900.0, 250.0)
+    assert sorted(asked) == ["cpu box", "gpu box"]
+    assert "batch shares by their devices' profiles" in plan.message
+
+
+def test_a_profile_without_the_device_is_refused() -> None:
+    nodes = [RayNode("g", 4, 1, "gpu box"), RayNode("c", 4, 0, "cpu box")]
+    with pytest.raises(ValueError, match="the profile of nodes of gpu box has no GPU"):
+        plan_ray_cluster(nodes, None, 1, 1, profile_of=lambda node: _profile(100.0))
+
+
+def test_a_node_kind_is_measured_once_and_read_from_the_cache_after(tmp_path) -> None:
+    on_ray = pytest.importorskip("omnikeras.launcher.on_ray")
+    measured: list[str] = []
+
+    def measure(node: RayNode) -> str:
+        measured.append(node.node_id)
+        return _profile(123.0).to_json()
+
+    path = tmp_path / "profiles.json"
+    node = RayNode("a", 4, 0)
+    assert on_ray.NodeProfiles(path, measure)(node).cpu.peak_throughput == 123.0
+    # Another run, another node of the same kind: nothing measured.
+    assert on_ray.NodeProfiles(path, measure)(RayNode("b", 4, 0)).cpu.peak_throughput == 123.0
+    assert measured == ["a"]
+    on_ray.NodeProfiles(path, measure)(RayNode("c", 8, 0))
+    assert measured == ["a", "c"]

@@ -1,6 +1,6 @@
 """A Ray cluster of two nodes on this machine, from Ray's own `cluster_utils`, for the
 Ray launcher's end-to-end tests: a head with 2 logical CPUs (the parameter server's and
-one worker's) and a second node with 1."""
+one worker's) and a second node with 1, on loopback (see ../conftest.py)."""
 
 import os
 from collections.abc import Iterator
