@@ -3,6 +3,7 @@
 import contextlib
 import dataclasses
 import datetime
+import functools
 import os
 import pathlib
 import signal
@@ -10,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import FrameType
 from typing import Protocol
@@ -132,21 +133,30 @@ def launch(
     0
     """
     tls = TLSFiles.of(tls_cert, tls_key, tls_ca)
+    if not checkpoint_every > 0:
+        raise ValueError(f"checkpoint_every must be a positive number of seconds, got {checkpoint_every}")
+    if not pathlib.Path(script).is_file():
+        raise FileNotFoundError(f"no training script at {script}")
     if ray is not False:
-        return _launch_on_ray(
-            ray, script, script_args, workers, groups, ps_shards, throughputs, group_timeout, checkpoint_every,
-            token, log_dir, seed, profile, merge, shared_memory, emulate, faults, tls,
-        )
+        launch_on_ray = _ray_launcher(ray, profile, emulate, faults)
+        run_dir = _run_dir(log_dir)
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            return launch_on_ray(
+                script, script_args, workers, groups, ps_shards, throughputs, group_timeout, checkpoint_every,
+                token, run_dir, seed, merge, shared_memory, tls,
+            )
+        except KeyboardInterrupt:
+            _say("interrupted: the Ray actors are stopped")
+            return 130
+        finally:
+            signal.signal(signal.SIGTERM, previous)
     spec = _emulated_spec(emulate, faults)
     workers = workers if workers is not None or spec is not None else 4
     if (workers is not None and workers < 1) or groups < 1 or ps_shards < 1:
         raise ValueError("workers, groups and ps_shards must be at least 1")
-    if not checkpoint_every > 0:
-        raise ValueError(f"checkpoint_every must be a positive number of seconds, got {checkpoint_every}")
     if spec is None and workers is not None and groups > workers:
         raise ValueError(f"{groups} groups need at least as many workers, got {workers}")
-    if not pathlib.Path(script).is_file():
-        raise FileNotFoundError(f"no training script at {script}")
     if throughputs is not None and (spec is not None or len(throughputs) != workers):
         raise ValueError(
             "an emulated cluster's throughputs are its hosts' cores" if spec else f"{len(throughputs)} throughputs for {workers} workers"
@@ -160,8 +170,7 @@ def launch(
         plan = _plan(workers, groups, throughputs, profile, merge)
     if plan.message:
         _say(plan.message)
-    log_dir = pathlib.Path(log_dir or f"runs/launch-{datetime.datetime.now():%Y%m%d-%H%M%S}")
-    log_dir.mkdir(parents=True, exist_ok=True)
+    log_dir = _run_dir(log_dir)
     previous = signal.signal(signal.SIGTERM, _interrupt)
     with contextlib.ExitStack() as stack:
         try:
@@ -196,34 +205,13 @@ def launch(
             signal.signal(signal.SIGTERM, previous)
 
 
-def _launch_on_ray(
-    ray: bool | str,
-    script: str,
-    script_args: Sequence[str],
-    workers: int | None,
-    groups: int,
-    ps_shards: int,
-    throughputs: Sequence[float] | None,
-    group_timeout: float,
-    checkpoint_every: float,
-    token: str | None,
-    log_dir: str | os.PathLike[str] | None,
-    seed: int,
-    profile: object,
-    merge: bool,
-    shared_memory: bool,
-    emulate: object,
-    faults: Sequence[object],
-    tls: "TLSFiles | None",
-) -> int:
+def _ray_launcher(ray: bool | str, profile: object, emulate: object, faults: Sequence[object]) -> Callable[..., int]:
+    """`on_ray.launch_on_ray` for the cluster `ray` names, Ray imported; the rest of a
+    request that makes no sense on Ray is refused first."""
     if emulate is not None or faults:
         raise ValueError("an emulated cluster runs on this machine, not on Ray: drop emulate (--emulate) or ray (--ray)")
     if profile is not None:
         raise ValueError("a profile describes this machine, not a Ray cluster's nodes: give throughputs (--throughputs)")
-    if not checkpoint_every > 0:
-        raise ValueError(f"checkpoint_every must be a positive number of seconds, got {checkpoint_every}")
-    if not pathlib.Path(script).is_file():
-        raise FileNotFoundError(f"no training script at {script}")
     address = ray if isinstance(ray, str) else None
     start_local = address is None and not os.environ.get("RAY_ADDRESS") and not _RAY_CURRENT_CLUSTER.exists()
     if start_local and "ray" not in sys.modules:
@@ -235,19 +223,13 @@ def _launch_on_ray(
         from omnikeras.launcher.on_ray import launch_on_ray
     except ImportError as error:
         raise LaunchError(f"running on Ray needs Ray: pip install 'omnikeras[ray]' ({error})") from None
+    return functools.partial(launch_on_ray, address, start_local)
+
+
+def _run_dir(log_dir: str | os.PathLike[str] | None) -> pathlib.Path:
     run_dir = pathlib.Path(log_dir or f"runs/launch-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     run_dir.mkdir(parents=True, exist_ok=True)
-    previous = signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        return launch_on_ray(
-            address, start_local, script, script_args, workers, groups, ps_shards, throughputs, group_timeout,
-            checkpoint_every, token, run_dir, seed, merge, shared_memory, tls,
-        )
-    except KeyboardInterrupt:
-        _say("interrupted: the Ray actors are stopped")
-        return 130
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    return run_dir
 
 
 def _emulated_spec(emulate: ClusterSpec | str | None, faults: Sequence[FaultSpec | str]) -> ClusterSpec | None:

@@ -213,7 +213,7 @@ class ActorChild:
         ray.kill(self.actor, no_restart=True)
 
     def kill(self) -> None:
-            ray.kill(self.actor, no_restart=True)
+        ray.kill(self.actor, no_restart=True)
 
 
 class RayCluster(launcher._Cluster):
