@@ -6,6 +6,7 @@ checkpoints, a worker rejoining its group."""
 import dataclasses
 import os
 import pathlib
+import shutil
 import tempfile
 import threading
 import uuid
@@ -56,11 +57,20 @@ def _reconstructed() -> bool:
     return bool(ray.get_runtime_context().was_current_actor_reconstructed)
 
 
-def _private_file(name: str, contents: bytes) -> str:
-    """`contents` in a file of a directory only this user may read."""
-    path = pathlib.Path(tempfile.mkdtemp(prefix="omnikeras-tls-")) / name
-    path.write_bytes(contents)
-    return str(path)
+class _PrivateFiles:
+    """Files in a directory only this user may read, removed with `remove`: the TLS files
+    an actor was handed, which need not outlive it."""
+
+    def __init__(self) -> None:
+        self.directory = pathlib.Path(tempfile.mkdtemp(prefix="omnikeras-tls-"))
+
+    def write(self, name: str, contents: bytes) -> str:
+        path = self.directory / name
+        path.write_bytes(contents)
+        return str(path)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
 
 
 class ServerActor:
@@ -79,8 +89,9 @@ class ServerActor:
     ) -> None:
         self._shard = shard
         self._args = list(args)
+        self._files = _PrivateFiles()
         if tls is not None:
-            self._args += ["--tls-cert", _private_file("cert.pem", tls[0]), "--tls-key", _private_file("key.pem", tls[1])]
+            self._args += ["--tls-cert", self._files.write("cert.pem", tls[0]), "--tls-key", self._files.write("key.pem", tls[1])]
         self._checkpoints = pathlib.Path(checkpoint_dir)
         self._checkpoints.mkdir(parents=True, exist_ok=True)
         self._log_path = pathlib.Path(log_path)
@@ -113,6 +124,7 @@ class ServerActor:
 
     def stop(self) -> None:
         self._child.terminate()
+        self._files.remove()
 
 
 class WorkerActor:
@@ -142,7 +154,8 @@ class WorkerActor:
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
         self._name = name
         self._console = (_Buffer(), _Buffer()) if config.is_chief else None
-        self._root_cert = _private_file("ca.pem", ca) if ca is not None else None
+        self._files = _PrivateFiles()
+        self._root_cert = self._files.write("ca.pem", ca) if ca is not None else None
         if _reconstructed():
             addresses = ray.get([ray.get_actor(server).address.remote() for server in servers])
             config = dataclasses.replace(config, rejoining=True, parameter_servers=tuple(addresses))
@@ -173,3 +186,4 @@ class WorkerActor:
 
     def stop(self) -> None:
         self._child.terminate()
+        self._files.remove()

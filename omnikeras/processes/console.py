@@ -49,12 +49,12 @@ def relay(
     lock = threading.Lock()
     console_out, console_err = console or (sys.stdout.buffer, sys.stderr.buffer)
 
-    def write(data: bytes, console: Sink) -> None:
+    def write(data: bytes, stream: Sink) -> None:
         with lock:
             log.write(data)
             log.flush()
-        console.write(data)
-        console.flush()
+        stream.write(data)
+        stream.flush()
 
     def copy_stdout() -> None:
         while chunk := os.read(stdout.fileno(), 1 << 16):

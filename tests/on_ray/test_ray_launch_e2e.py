@@ -5,6 +5,7 @@ import pathlib
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -69,10 +70,13 @@ def test_two_nodes_train_the_digits_model_as_the_local_launcher_does(ray_cluster
 
 def test_with_a_certificate_the_servers_serve_tls_to_workers_on_every_node(ray_cluster, tmp_path) -> None:
     cert, key = self_signed(tmp_path)
+    handed_before = set(pathlib.Path(tempfile.gettempdir()).glob("omnikeras-tls-*"))
     run = _run(tmp_path / "run", ray_cluster, "--tls-cert", cert, "--tls-key", key, script_args=("--epochs", "2"))
     assert run.returncode == 0, run.stderr[-3000:]
     assert "with TLS" in (tmp_path / "run" / "ps-0.log").read_text()
     assert result_of(run.stdout)["steps"] > 0
+    # The copies of the key and certificates handed to the actors went with them.
+    assert set(pathlib.Path(tempfile.gettempdir()).glob("omnikeras-tls-*")) == handed_before
 
 
 def test_a_killed_worker_actor_is_restarted_by_ray_and_rejoins_its_group(ray_cluster, tmp_path) -> None:
