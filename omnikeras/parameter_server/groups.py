@@ -12,6 +12,7 @@ are laid out, also across a regrouping.
 
 import collections
 import dataclasses
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -32,6 +33,7 @@ from omnikeras.parameter_server.errors import (
     shown,
 )
 from omnikeras.parameter_server.model_state import ModelState
+from omnikeras.parameter_server.momentum_meter import MomentumMeter
 from omnikeras.parameter_server.server_state import Arrays, ServerState
 from omnikeras.parameter_server.update_rule import Hyperparameters
 from omnikeras.parameter_server.values import GroupLayout, GroupStats, PushResult, Stats
@@ -106,6 +108,8 @@ class GroupCoordinator:
         # Gradients computed before this version belong to weights a restore replaced.
         self._restored_at = 0
         self._snapshots: dict[str, Arrays] = {}
+        # Made at the first update, when the variables are known.
+        self._meter: MomentumMeter | None = None
         # Batches handed out so far, and the one each group reads at its current step,
         # with the members that share it.
         self._batches_handed_out = 0
@@ -399,10 +403,20 @@ class GroupCoordinator:
 
     def _apply(self, group: int, contributions: list[_Contribution]) -> PushResult:
         staleness = self.model.version - min(c.computed_at for c in contributions)
+        meter = self._momentum_meter()
+        # Sampled before the combination, which reuses the gradients' buffers.
+        gradients = [(c.computed_at, meter.sample(c.gradients)) for c in contributions]
+        before = meter.sample(self.model.weights)
         self.model.apply(_weighted_mean(contributions), _weighted_magnitudes(contributions))
+        meter.record(self.model.version - 1, gradients, before, meter.sample(self.model.weights))
         self._updates[group] += 1
         self._staleness[group][staleness] += 1
         return PushResult(self.model.version, group, len(contributions))
+
+    def _momentum_meter(self) -> MomentumMeter:
+        if self._meter is None:
+            self._meter = MomentumMeter({name: weight.shape for name, weight in self.model.weights.items()})
+        return self._meter
 
     def _drop_missing(self, group: int, pending: _GroupStep) -> None:
         for worker_id in self._members(group) - pending.contributions.keys():
@@ -478,6 +492,8 @@ class GroupCoordinator:
                 {n: v.copy() for n, v in velocities.items()},
             )
             self._restored_at = self.model.version
+            if self._meter is not None:
+                self._meter.reset()
             return self.model.version
 
     # Stats and checkpoints ----------------------------------------------------------------
@@ -506,6 +522,7 @@ class GroupCoordinator:
                     for g in range(self.num_groups)
                 ),
                 mean_apply_seconds=self.model.apply_seconds_total / max(updates_applied, 1),
+                total_momentum=self._meter.total_momentum() if self._meter is not None else math.nan,
             )
 
     def _batch_stats(self, group: int, occupied: set[int]) -> dict:
@@ -535,6 +552,7 @@ class GroupCoordinator:
 
     def restore(self, state: ServerState) -> None:
         with self._cond:
+            self._meter = None
             self.model.initialize(state.weights, state.version, state.velocities)
             self.model.iterations = state.iterations
             self.model.hyperparameters = state.hyperparameters

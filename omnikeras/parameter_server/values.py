@@ -1,6 +1,7 @@
 """What the parameter server answers, as plain values. Each converts from and to its
 message here, so that the strategy and the tuner never handle generated protobuf types."""
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -135,6 +136,8 @@ class Stats:
     groups: tuple[GroupStats, ...]
     mean_apply_seconds: float
     uptime_seconds: float = 0.0
+    # Measured from the updates themselves: `omnikeras.parameter_server.momentum_meter`.
+    total_momentum: float = math.nan
 
     @classmethod
     def from_proto(cls, reply: pb.StatsReply) -> "Stats":
@@ -150,6 +153,7 @@ class Stats:
             tuple(GroupStats.from_proto(g) for g in reply.groups),
             reply.mean_apply_seconds,
             reply.uptime_seconds,
+            reply.total_momentum,
         )
 
     def to_proto(self) -> pb.StatsReply:
@@ -165,6 +169,7 @@ class Stats:
             groups=[g.to_proto() for g in self.groups],
             mean_apply_seconds=self.mean_apply_seconds,
             uptime_seconds=self.uptime_seconds,
+            total_momentum=self.total_momentum,
         )
 
 

@@ -1,0 +1,91 @@
+"""The momentum meter against update sequences whose total momentum is known."""
+
+import math
+
+import numpy as np
+import pytest
+
+from omnikeras.parameter_server.groups import GroupCoordinator
+from omnikeras.parameter_server.model_state import ModelState
+from omnikeras.parameter_server.momentum_meter import MomentumMeter
+from omnikeras.parameter_server.update_rule import Hyperparameters
+
+DIM = 2000
+
+
+def _train(meter: MomentumMeter, groups: int, momentum: float, updates: int, take_turns: bool = True, seed: int = 0) -> None:
+    """SGD with momentum on a noisy quadratic, `groups` groups each computing at the
+    version its own last update made, as the server sees them."""
+    rng = np.random.default_rng(seed)
+    curvature = rng.uniform(0.1, 1.0, DIM)
+    x, velocity = rng.normal(size=DIM), np.zeros(DIM)
+    held, versions = [0] * groups, {0: x.copy()}
+    for version in range(updates):
+        group = version % groups if take_turns else int(rng.integers(groups))
+        gradient = curvature * versions[held[group]] + rng.normal(size=DIM)
+        before = meter.sample({"w": x})
+        velocity = momentum * velocity - 0.05 * gradient
+        x = x + velocity
+        meter.record(version, [(held[group], meter.sample({"w": gradient}))], before, meter.sample({"w": x}))
+        versions[version + 1], held[group] = x.copy(), version + 1
+
+
+@pytest.mark.parametrize("groups", [1, 2, 4, 8])
+def test_groups_taking_turns_bring_momentum_one_minus_one_over_g(groups: int) -> None:
+    meter = MomentumMeter({"w": (DIM,)})
+    _train(meter, groups, momentum=0.0, updates=300)
+    assert meter.total_momentum() == pytest.approx(1 - 1 / groups, abs=0.02)
+
+
+@pytest.mark.parametrize("groups", [2, 4, 8])
+def test_groups_at_random_bring_about_the_same(groups: int) -> None:
+    meter = MomentumMeter({"w": (DIM,)})
+    _train(meter, groups, momentum=0.0, updates=600, take_turns=False)
+    assert meter.total_momentum() == pytest.approx(1 - 1 / groups, abs=0.1)
+
+
+@pytest.mark.parametrize("momentum", [-0.3, 0.3, 0.6])
+def test_synchronous_momentum_is_measured_as_itself(momentum: float) -> None:
+    meter = MomentumMeter({"w": (DIM,)})
+    _train(meter, 1, momentum, updates=300)
+    assert meter.total_momentum() == pytest.approx(momentum, abs=0.02)
+
+
+def test_explicit_and_implicit_momentum_add_up_in_mean_lag() -> None:
+    meter = MomentumMeter({"w": (DIM,)})
+    _train(meter, 4, momentum=0.5, updates=300)
+    # Mean lags add: 3 from the turns, 0.5 / 0.5 = 1 from the momentum.
+    assert meter.total_momentum() == pytest.approx(4 / 5, abs=0.02)
+
+
+def test_nothing_is_measured_before_enough_updates_nor_after_a_reset() -> None:
+    meter = MomentumMeter({"w": (DIM,)}, lags=8)
+    assert math.isnan(meter.total_momentum())
+    _train(meter, 2, momentum=0.0, updates=40)
+    assert meter.total_momentum() == pytest.approx(0.5, abs=0.02)
+    meter.reset()
+    assert math.isnan(meter.total_momentum())
+
+
+def test_coordinates_are_sampled_from_every_variable_by_size() -> None:
+    meter = MomentumMeter({"small": (10,), "large": (3, 1000)}, coordinates=500)
+    sampled = meter.sample({"small": np.zeros(10), "large": np.ones((3, 1000))})
+    assert sampled.shape == (500,)
+    assert 400 < sampled.sum() <= 500
+
+
+def test_the_server_reports_the_momentum_of_its_groups_and_forgets_it_on_restore() -> None:
+    coordinator = GroupCoordinator(ModelState(Hyperparameters(0.05)), num_groups=4)
+    rng = np.random.default_rng(0)
+    coordinator.initialize({"w": rng.normal(size=DIM).astype(np.float32)}, Hyperparameters(0.05))
+    coordinator.save_snapshot("start")
+    workers = [coordinator.register()[0] for _ in range(4)]
+    held = dict.fromkeys(workers, 0)
+    for step in range(1, 121):
+        for worker in workers:
+            gradient = coordinator.model.weights["w"] + rng.normal(size=DIM).astype(np.float32)
+            result = coordinator.push(worker, step, held[worker], 1, {"w": gradient.astype(np.float32)})
+            held[worker] = result.model_version
+    assert coordinator.stats().total_momentum == pytest.approx(0.75, abs=0.05)
+    coordinator.restore_snapshot("start")
+    assert math.isnan(coordinator.stats().total_momentum)
