@@ -33,7 +33,7 @@ from omnikeras.parameter_server.errors import (
     shown,
 )
 from omnikeras.parameter_server.model_state import ModelState
-from omnikeras.parameter_server.momentum_meter import MomentumMeter
+from omnikeras.parameter_server.momentum_meter import MomentumMeter, lags_for
 from omnikeras.parameter_server.server_state import Arrays, ServerState
 from omnikeras.parameter_server.update_rule import Hyperparameters
 from omnikeras.parameter_server.values import GroupLayout, GroupStats, PushResult, Stats
@@ -108,7 +108,7 @@ class GroupCoordinator:
         # Gradients computed before this version belong to weights a restore replaced.
         self._restored_at = 0
         self._snapshots: dict[str, Arrays] = {}
-        # Made at the first update, when the variables are known.
+        # Made at the first update after a change of layout, momentum or weights.
         self._meter: MomentumMeter | None = None
         # Batches handed out so far, and the one each group reads at its current step,
         # with the members that share it.
@@ -193,6 +193,7 @@ class GroupCoordinator:
             # first needs one.
             self._batch_of_group.clear()
             self._layout_version += 1
+            self._meter = None
             return num_groups, {w: worker.group for w, worker in self._workers.items()}, flushed
 
     # Model --------------------------------------------------------------------------------
@@ -229,6 +230,8 @@ class GroupCoordinator:
 
     def set_hyperparameters(self, hyperparameters: Hyperparameters) -> None:
         with self._cond:
+            if hyperparameters.momentum != self.model.hyperparameters.momentum:
+                self._meter = None
             self.model.hyperparameters = hyperparameters
 
     def hyperparameters(self) -> Hyperparameters:
@@ -405,17 +408,21 @@ class GroupCoordinator:
         staleness = self.model.version - min(c.computed_at for c in contributions)
         meter = self._momentum_meter()
         # Sampled before the combination, which reuses the gradients' buffers.
-        gradients = [(c.computed_at, meter.sample(c.gradients)) for c in contributions]
+        examples = sum(c.example_count for c in contributions)
+        gradients = [(c.computed_at, meter.sample(c.gradients), c.example_count / examples) for c in contributions]
         before = meter.sample(self.model.weights)
+        learning_rate = self.model.hyperparameters.learning_rate_at(self.model.iterations)
         self.model.apply(_weighted_mean(contributions), _weighted_magnitudes(contributions))
-        meter.record(self.model.version - 1, gradients, before, meter.sample(self.model.weights))
+        meter.record(self.model.version - 1, gradients, learning_rate, before, meter.sample(self.model.weights))
         self._updates[group] += 1
         self._staleness[group][staleness] += 1
         return PushResult(self.model.version, group, len(contributions))
 
     def _momentum_meter(self) -> MomentumMeter:
+        """The meter of the updates since the last change of layout, momentum or weights."""
         if self._meter is None:
-            self._meter = MomentumMeter({name: weight.shape for name, weight in self.model.weights.items()})
+            shapes = {name: weight.shape for name, weight in self.model.weights.items()}
+            self._meter = MomentumMeter(shapes, lags=lags_for(self.num_groups, self.model.hyperparameters.momentum))
         return self._meter
 
     def _drop_missing(self, group: int, pending: _GroupStep) -> None:
@@ -492,8 +499,7 @@ class GroupCoordinator:
                 {n: v.copy() for n, v in velocities.items()},
             )
             self._restored_at = self.model.version
-            if self._meter is not None:
-                self._meter.reset()
+            self._meter = None
             return self.model.version
 
     # Stats and checkpoints ----------------------------------------------------------------

@@ -7,7 +7,7 @@ import pytest
 
 from omnikeras.parameter_server.groups import GroupCoordinator
 from omnikeras.parameter_server.model_state import ModelState
-from omnikeras.parameter_server.momentum_meter import MomentumMeter
+from omnikeras.parameter_server.momentum_meter import MomentumMeter, lags_for
 from omnikeras.parameter_server.update_rule import Hyperparameters
 
 DIM = 2000
@@ -26,33 +26,33 @@ def _train(meter: MomentumMeter, groups: int, momentum: float, updates: int, tak
         before = meter.sample({"w": x})
         velocity = momentum * velocity - 0.05 * gradient
         x = x + velocity
-        meter.record(version, [(held[group], meter.sample({"w": gradient}))], before, meter.sample({"w": x}))
+        meter.record(version, [(held[group], meter.sample({"w": gradient}), 1.0)], 0.05, before, meter.sample({"w": x}))
         versions[version + 1], held[group] = x.copy(), version + 1
 
 
 @pytest.mark.parametrize("groups", [1, 2, 4, 8])
 def test_groups_taking_turns_bring_momentum_one_minus_one_over_g(groups: int) -> None:
-    meter = MomentumMeter({"w": (DIM,)})
+    meter = MomentumMeter({"w": (DIM,)}, lags=lags_for(groups, 0.0))
     _train(meter, groups, momentum=0.0, updates=300)
     assert meter.total_momentum() == pytest.approx(1 - 1 / groups, abs=0.02)
 
 
 @pytest.mark.parametrize("groups", [2, 4, 8])
 def test_groups_at_random_bring_about_the_same(groups: int) -> None:
-    meter = MomentumMeter({"w": (DIM,)})
+    meter = MomentumMeter({"w": (DIM,)}, lags=lags_for(groups, 0.0))
     _train(meter, groups, momentum=0.0, updates=600, take_turns=False)
     assert meter.total_momentum() == pytest.approx(1 - 1 / groups, abs=0.1)
 
 
 @pytest.mark.parametrize("momentum", [-0.3, 0.3, 0.6])
 def test_synchronous_momentum_is_measured_as_itself(momentum: float) -> None:
-    meter = MomentumMeter({"w": (DIM,)})
+    meter = MomentumMeter({"w": (DIM,)}, lags=lags_for(1, momentum))
     _train(meter, 1, momentum, updates=300)
     assert meter.total_momentum() == pytest.approx(momentum, abs=0.02)
 
 
 def test_explicit_and_implicit_momentum_add_up_in_mean_lag() -> None:
-    meter = MomentumMeter({"w": (DIM,)})
+    meter = MomentumMeter({"w": (DIM,)}, lags=lags_for(4, 0.5))
     _train(meter, 4, momentum=0.5, updates=300)
     # Mean lags add: 3 from the turns, 0.5 / 0.5 = 1 from the momentum.
     assert meter.total_momentum() == pytest.approx(4 / 5, abs=0.02)
@@ -61,8 +61,9 @@ def test_explicit_and_implicit_momentum_add_up_in_mean_lag() -> None:
 def test_nothing_is_measured_before_enough_updates_nor_after_a_reset() -> None:
     meter = MomentumMeter({"w": (DIM,)}, lags=8)
     assert math.isnan(meter.total_momentum())
-    _train(meter, 2, momentum=0.0, updates=40)
-    assert meter.total_momentum() == pytest.approx(0.5, abs=0.02)
+    _train(meter, 2, momentum=0.0, updates=60)
+    # Both groups start at version 0, whose gradients then land at two lags.
+    assert meter.total_momentum() == pytest.approx(0.5, abs=0.05)
     meter.reset()
     assert math.isnan(meter.total_momentum())
 
@@ -88,4 +89,21 @@ def test_the_server_reports_the_momentum_of_its_groups_and_forgets_it_on_restore
             held[worker] = result.model_version
     assert coordinator.stats().total_momentum == pytest.approx(0.75, abs=0.05)
     coordinator.restore_snapshot("start")
+    assert math.isnan(coordinator.stats().total_momentum)
+
+
+def test_a_new_layout_or_momentum_starts_a_new_measurement() -> None:
+    coordinator = GroupCoordinator(ModelState(Hyperparameters(0.05)), num_groups=1)
+    coordinator.initialize({"w": np.zeros(DIM, np.float32)}, Hyperparameters(0.05))
+    worker = coordinator.register()[0]
+    rng = np.random.default_rng(0)
+    for step in range(1, 41):
+        coordinator.push(worker, step, step - 1, 1, {"w": rng.normal(size=DIM).astype(np.float32)})
+    assert coordinator.stats().total_momentum == pytest.approx(0.0, abs=0.02)
+    coordinator.set_hyperparameters(Hyperparameters(0.05, momentum=0.5))
+    assert math.isnan(coordinator.stats().total_momentum)
+    for step in range(41, 101):
+        coordinator.push(worker, step, step - 1, 1, {"w": rng.normal(size=DIM).astype(np.float32)})
+    assert coordinator.stats().total_momentum == pytest.approx(0.5, abs=0.05)
+    coordinator.set_groups(2, {})
     assert math.isnan(coordinator.stats().total_momentum)
