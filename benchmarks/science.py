@@ -1,0 +1,371 @@
+"""Does omnikeras' method do what the Omnivore paper and "Asynchrony begets momentum" say?
+
+Four experiments, on the main job's CNN on Fashion-MNIST and a small MLP on digits, each
+through the real parts (`omnikeras launch`: a parameter server and one process per
+worker; the emulated cluster for the fourth):
+
+1. Implicit momentum: with explicit momentum 0, the total momentum the parameter server
+   measures from its updates (`total_momentum` in its stats) against 1 - 1/g, for g
+   groups of the 8 workers.
+2. The best explicit momentum falls as g rises: the loss after a fixed number of updates
+   (on a fixed batch of training data, from the same first weights) over explicit momenta
+   -0.3, 0, 0.3, 0.6, 0.9 at every g, 3 seeds.
+3. Tuned asynchrony costs little per update: at each g, the best momentum's loss against
+   the best synchronous (g = 1) one's.
+4. The hardware model predicts: seconds per update on the emulated cluster
+   `cpu-cluster-1gbit`, predicted for g = 4 and 8 by `MeasuredHardwareModel` from the
+   measured g = 1 and 2, against measured.
+
+It writes the results, with plots, into `docs/science.md` (between its results markers;
+the method and the discussion around them are kept) and the PNGs next to it. The last
+line of stdout is one JSON object: `{"implicit_momentum_max_error": ..,
+"best_momentum_non_increasing": true|false, "tuned_async_over_sync_loss": ..,
+"he_prediction_error": ..}`. `--quick`: digits only, 4 workers, fewer updates, one seed,
+2 hosts fewer on the emulated cluster; a check that it runs, in a few minutes. The
+emulated cluster needs root; without it the fourth experiment is left out (null).
+
+    .venv/bin/python benchmarks/science.py [--quick] [--out DIR]
+"""
+
+import argparse
+import dataclasses
+import json
+import math
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+
+import emulated_cluster
+
+from omnikeras.convergence import MeasuredHardwareModel, implicit_momentum
+from omnikeras.emulation import ClusterSpec, missing_requirements
+
+WORKER_SCRIPT = pathlib.Path(__file__).with_name("science_worker.py")
+MOMENTA = (-0.3, 0.0, 0.3, 0.6, 0.9)
+START, END = "<!-- science results: start -->", "<!-- science results: end -->"
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """One model's experiment: its dataset, workers, numbers of groups, updates per
+    trial, learning rate and seeds."""
+
+    dataset: str
+    title: str
+    workers: int
+    groups: tuple[int, ...]
+    updates: int
+    learning_rate: float
+    seeds: tuple[int, ...]
+
+
+FULL = (
+    Setup("digits", "MLP on digits", 8, (1, 2, 4, 8), 400, 0.02, (0, 1, 2)),
+    Setup("fashion_mnist", "main CNN on Fashion-MNIST", 8, (1, 2, 4, 8), 200, 0.01, (0, 1, 2)),
+)
+QUICK = (Setup("digits", "MLP on digits", 4, (1, 2, 4), 100, 0.02, (0,)),)
+QUICK_HE_FIELDS = {"link": "1gbit", "hosts": [{"name": "half", "cpus": 0.5, "count": 4}]}
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# Running ---------------------------------------------------------------------------------
+
+
+def run_seed(setup: Setup, seed: int, work: pathlib.Path) -> list[dict]:
+    """One launch: every (groups, momentum) trial of one seed."""
+    command = [
+        sys.executable, "-m", "omnikeras", "launch", "--workers", str(setup.workers), "--groups", "1", "--no-merge",
+        "--log-dir", str(work / f"{setup.dataset}-seed-{seed}"), str(WORKER_SCRIPT),
+        "--dataset", setup.dataset, "--seed", str(seed), "--groups", ",".join(map(str, setup.groups)),
+        f"--momenta={','.join(map(str, MOMENTA))}", "--updates", str(setup.updates),
+        "--learning-rate", str(setup.learning_rate),
+    ]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=3600)
+    trials = [json.loads(line.removeprefix("TRIAL ")) for line in run.stdout.splitlines() if line.startswith("TRIAL ")]
+    if run.returncode != 0 or len(trials) != len(setup.groups) * len(MOMENTA):
+        raise RuntimeError(f"{setup.dataset}, seed {seed}: the launch failed\n{run.stdout[-2000:]}\n{run.stderr[-3000:]}")
+    for trial in trials:
+        loss = trial["loss"]
+        log(
+            f"  {setup.dataset} seed {seed}, {trial['groups']} groups, momentum {trial['momentum']:+.1f}: "
+            f"loss {loss if loss is None else round(loss, 4)} after {trial['updates']} updates, "
+            f"total momentum measured {_rounded(trial['total_momentum'])}, mean staleness {_rounded(trial['mean_staleness'])}"
+        )
+    return trials
+
+
+def measure_hardware(quick: bool, work: pathlib.Path) -> dict[int, float] | None:
+    """Seconds per update on the emulated cluster at every number of groups, or None
+    where this machine cannot emulate."""
+    spec_arg = "cpu-cluster-1gbit"
+    if quick:
+        spec_arg = str(work / "four-halves-1gbit.json")
+        pathlib.Path(spec_arg).write_text(json.dumps(QUICK_HE_FIELDS))
+    spec = ClusterSpec.load(spec_arg)
+    missing = missing_requirements(spec)
+    if missing:
+        log(f"hardware model: left out, this machine cannot emulate ({'; '.join(missing)})")
+        return None
+    warmup, seconds = (2.0, 4.0) if quick else (10.0, 20.0)
+    hosts = len(spec.hosts)
+    measured = {}
+    for groups in [g for g in range(1, hosts + 1) if hosts % g == 0]:
+        result = emulated_cluster.seconds_per_update(spec, spec_arg, groups, warmup, seconds, str(work))
+        measured[groups] = result["seconds_per_update"]
+        log(f"  {spec.name}, {groups} groups: {measured[groups] * 1e3:.0f} ms per update")
+    return measured
+
+
+# Analysis (plain functions of the trials) --------------------------------------------------
+
+
+def losses_by_setting(trials: Sequence[dict]) -> dict[tuple[int, float], list[float]]:
+    """Each (groups, momentum)'s losses over the seeds; a diverged trial's is inf."""
+    by: dict[tuple[int, float], list[float]] = {}
+    for trial in trials:
+        loss = trial["loss"]
+        by.setdefault((trial["groups"], trial["momentum"]), []).append(math.inf if loss is None else loss)
+    return by
+
+
+def mean_loss(losses: Sequence[float]) -> float:
+    return statistics.fmean(losses) if all(math.isfinite(x) for x in losses) else math.inf
+
+
+def best_momenta(trials: Sequence[dict]) -> dict[int, float]:
+    """At each number of groups, the explicit momentum of the lowest mean loss."""
+    by = losses_by_setting(trials)
+    best: dict[int, float] = {}
+    for groups in sorted({g for g, _ in by}):
+        candidates = {m: mean_loss(losses) for (g, m), losses in by.items() if g == groups}
+        best[groups] = min(candidates, key=lambda m: (candidates[m], m))
+    return best
+
+
+def non_increasing(values: Sequence[float]) -> bool:
+    """
+    >>> non_increasing([0.9, 0.6, 0.6, 0.0]), non_increasing([0.6, 0.9])
+    (True, False)
+    """
+    return all(later <= earlier for earlier, later in zip(values, values[1:]))
+
+
+def measured_total_momentum(trials: Sequence[dict], groups: int, momentum: float) -> float:
+    """The server's measured total momentum of a setting, over the seeds; NaN if none."""
+    values = [t["total_momentum"] for t in trials if t["groups"] == groups and t["momentum"] == momentum]
+    values = [v for v in values if v is not None]
+    return statistics.fmean(values) if values else math.nan
+
+
+def implicit_momentum_errors(trials: Sequence[dict]) -> dict[int, float]:
+    """|measured total momentum - (1 - 1/g)| at explicit momentum 0, by groups."""
+    groups = sorted({t["groups"] for t in trials})
+    return {g: abs(measured_total_momentum(trials, g, 0.0) - implicit_momentum(g)) for g in groups}
+
+
+def tuned_over_sync(trials: Sequence[dict]) -> dict[int, float]:
+    """Each number of groups' best mean loss over the synchronous (g = 1) best."""
+    by = losses_by_setting(trials)
+    best = {g: min(mean_loss(losses) for (h, _), losses in by.items() if h == g) for g, _ in by}
+    return {g: best[g] / best[1] for g in sorted(best) if g > 1}
+
+
+def he_errors(measured: dict[int, float], known: Sequence[int] = (1, 2)) -> dict[int, tuple[float, float]]:
+    """For every number of groups not in `known`: (predicted seconds per update from the
+    `known` ones, its relative error)."""
+    model = MeasuredHardwareModel(num_workers=max(measured))
+    for groups in known:
+        model.observe(groups, measured[groups])
+    out = {}
+    for groups in sorted(set(measured) - set(known)):
+        predicted = model.seconds_per_update(groups)
+        out[groups] = (predicted, abs(predicted - measured[groups]) / measured[groups])
+    return out
+
+
+def _rounded(value: float | None, digits: int = 3) -> str:
+    return "n/a" if value is None or not math.isfinite(value) else f"{value:.{digits}f}"
+
+
+# Plots and the page ------------------------------------------------------------------------
+
+
+def plot_implicit(results: dict[Setup, list[dict]], path: pathlib.Path) -> None:
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(5.5, 4))
+    all_groups = sorted({g for s in results for g in s.groups})
+    axis.plot(all_groups, [implicit_momentum(g) for g in all_groups], "k--", label="1 - 1/g")
+    for setup, trials in results.items():
+        means, spreads = [], []
+        for g in setup.groups:
+            values = [t["total_momentum"] for t in trials if t["groups"] == g and t["momentum"] == 0.0 and t["total_momentum"] is not None]
+            means.append(statistics.fmean(values) if values else math.nan)
+            spreads.append(statistics.stdev(values) if len(values) > 1 else 0.0)
+        axis.errorbar(setup.groups, means, yerr=spreads, marker="o", capsize=3, label=f"measured, {setup.title}")
+    axis.set_xscale("log", base=2)
+    axis.set_xticks(all_groups, [str(g) for g in all_groups])
+    axis.set_xlabel("groups")
+    axis.set_ylabel("total momentum at explicit momentum 0")
+    axis.set_title("Asynchrony's implicit momentum")
+    axis.grid(True, alpha=0.3)
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def plot_grid(results: dict[Setup, list[dict]], path: pathlib.Path) -> None:
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(2, len(results), figsize=(5.5 * len(results), 7.5), squeeze=False)
+    for column, (setup, trials) in enumerate(results.items()):
+        by = losses_by_setting(trials)
+        axis = axes[0][column]
+        for g in setup.groups:
+            means = [mean_loss(by[(g, m)]) for m in MOMENTA]
+            errors = [statistics.stdev(by[(g, m)]) if len(by[(g, m)]) > 1 and math.isfinite(means[i]) else 0.0 for i, m in enumerate(MOMENTA)]
+            shown = [x if math.isfinite(x) else math.nan for x in means]
+            axis.errorbar(MOMENTA, shown, yerr=errors, marker="o", capsize=3, label=f"{g} group{'s' * (g > 1)}")
+        axis.set_xlabel("explicit momentum")
+        axis.set_ylabel(f"loss after {setup.updates} updates")
+        axis.set_title(setup.title)
+        axis.grid(True, alpha=0.3)
+        axis.legend(fontsize=8)
+        best = best_momenta(trials)
+        axis = axes[1][column]
+        groups = list(setup.groups)
+        axis.plot(groups, [best[g] for g in groups], marker="o", label="best explicit momentum")
+        axis.plot(groups, [best[g] + implicit_momentum(g) for g in groups], marker="s", label="best explicit + (1 - 1/g)")
+        axis.plot(groups, [measured_total_momentum(trials, g, best[g]) for g in groups], marker="^", label="total measured at the best")
+        axis.set_xscale("log", base=2)
+        axis.set_xticks(groups, [str(g) for g in groups])
+        axis.set_xlabel("groups")
+        axis.set_ylabel("momentum")
+        axis.grid(True, alpha=0.3)
+        axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def plot_hardware(measured: dict[int, float], errors: dict[int, tuple[float, float]], path: pathlib.Path) -> None:
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(5.5, 4))
+    groups = sorted(measured)
+    axis.plot(groups, [measured[g] for g in groups], marker="o", label="measured")
+    axis.plot([1, 2], [measured[1], measured[2]], "s", markersize=10, fillstyle="none", label="the model's input")
+    axis.plot(list(errors), [p for p, _ in errors.values()], "x", markersize=10, label="predicted from g = 1, 2")
+    axis.set_xscale("log", base=2)
+    axis.set_yscale("log")
+    axis.set_xticks(groups, [str(g) for g in groups])
+    axis.set_xlabel("groups")
+    axis.set_ylabel("seconds per update")
+    axis.set_title("Hardware efficiency, emulated cluster")
+    axis.grid(True, which="both", alpha=0.3)
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def results_markdown(results: dict[Setup, list[dict]], measured: dict[int, float] | None, figures: dict) -> str:
+    lines = [START, "", "### Implicit momentum (experiment 1)", "",
+             "| model | g | 1 - 1/g | total momentum measured (mean over seeds) | from the staleness |",
+             "|---|---|---|---|---|"]
+    for setup, trials in results.items():
+        for g in setup.groups:
+            zero = [t for t in trials if t["groups"] == g and t["momentum"] == 0.0]
+            staleness = [t["mean_staleness"] for t in zero if t["mean_staleness"] is not None]
+            from_staleness = statistics.fmean(staleness) / (1 + statistics.fmean(staleness)) if staleness else math.nan
+            lines.append(f"| {setup.title} | {g} | {implicit_momentum(g):.3f} | {_rounded(measured_total_momentum(trials, g, 0.0))} | {_rounded(from_staleness)} |")
+    lines += ["", "![Implicit momentum](science_implicit_momentum.png)", "",
+              "### Loss over explicit momentum (experiments 2 and 3)", ""]
+    for setup, trials in results.items():
+        by = losses_by_setting(trials)
+        best = best_momenta(trials)
+        lines += [f"{setup.title}: loss after {setup.updates} updates, learning rate {setup.learning_rate}, "
+                  f"{len(setup.seeds)} seed{'s' * (len(setup.seeds) > 1)} (mean ± standard deviation; inf: diverged)", "",
+                  "| g | " + " | ".join(f"{m:+.1f}" for m in MOMENTA) + " | best | total measured at the best | best over sync |",
+                  "|---|" + "---|" * (len(MOMENTA) + 3)]
+        ratios = tuned_over_sync(trials)
+        for g in setup.groups:
+            cells = []
+            for m in MOMENTA:
+                losses = by[(g, m)]
+                mean = mean_loss(losses)
+                spread = statistics.stdev(losses) if len(losses) > 1 and math.isfinite(mean) else 0.0
+                cells.append(f"{mean:.4f} ± {spread:.4f}" if math.isfinite(mean) else "inf")
+            ratio = _rounded(ratios.get(g, 1.0))
+            lines.append(f"| {g} | " + " | ".join(cells) + f" | {best[g]:+.1f} | {_rounded(measured_total_momentum(trials, g, best[g]))} | {ratio} |")
+        lines.append("")
+    lines += ["![Loss over explicit momentum; the best momentum and the total momentum](science_momentum.png)", "",
+              "### Hardware model (experiment 4)", ""]
+    if measured is None:
+        lines.append("Left out: this machine could not emulate the cluster.")
+    else:
+        errors = he_errors(measured)
+        lines += ["| g | measured s/update | predicted from g = 1, 2 | error |", "|---|---|---|---|"]
+        for g in sorted(measured):
+            predicted, error = errors.get(g, (math.nan, math.nan))
+            lines.append(f"| {g} | {measured[g]:.4f} | {_rounded(predicted, 4)} | {_rounded(error)} |")
+        lines += ["", "![Hardware model](science_hardware.png)"]
+    lines += ["", "Figures:", "", "```", json.dumps(figures), "```", "", END]
+    return "\n".join(lines)
+
+
+def write_page(path: pathlib.Path, results_section: str) -> None:
+    """Replaces the results between the markers, keeping the rest of the page."""
+    text = path.read_text() if path.exists() else f"# omnikeras science\n\n{START}\n{END}\n"
+    before, _, rest = text.partition(START)
+    _, _, after = rest.partition(END)
+    path.write_text(before + results_section + after)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="digits only, fewer updates, one seed")
+    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("docs"), help="where science.md and its plots go")
+    args = parser.parse_args()
+    import matplotlib
+
+    matplotlib.use("Agg")
+    setups = QUICK if args.quick else FULL
+    args.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as directory:
+        work = pathlib.Path(directory)
+        results: dict[Setup, list[dict]] = {}
+        for setup in setups:
+            log(f"{setup.title}: {setup.workers} workers, groups {setup.groups}, momenta {MOMENTA}, {setup.updates} updates per trial")
+            results[setup] = [trial for seed in setup.seeds for trial in run_seed(setup, seed, work)]
+        log("hardware model: seconds per update on the emulated cluster")
+        measured = measure_hardware(args.quick, work)
+    implicit_errors = [e for trials in results.values() for e in implicit_momentum_errors(trials).values()]
+    best = {setup: best_momenta(trials) for setup, trials in results.items()}
+    figures = {
+        "implicit_momentum_max_error": round(max(implicit_errors), 3) if all(map(math.isfinite, implicit_errors)) else None,
+        "best_momentum_non_increasing": all(non_increasing([b[g] for g in sorted(b)]) for b in best.values()),
+        "tuned_async_over_sync_loss": round(max(r for trials in results.values() for r in tuned_over_sync(trials).values()), 3),
+        "he_prediction_error": round(max(e for _, e in he_errors(measured).values()), 3) if measured else None,
+    }
+    for setup, chosen in best.items():
+        log(f"{setup.title}: best explicit momentum by groups {chosen}")
+    plot_implicit(results, args.out / "science_implicit_momentum.png")
+    plot_grid(results, args.out / "science_momentum.png")
+    if measured:
+        plot_hardware(measured, he_errors(measured), args.out / "science_hardware.png")
+    write_page(args.out / "science.md", results_markdown(results, measured, figures))
+    log(f"results written to {args.out / 'science.md'}")
+    print(json.dumps(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
