@@ -4,6 +4,12 @@ The per-group step latency grows with the group's share of the work and a fixed 
 L(g) = c g / N + t0, and g groups overlap their steps, so seconds per update follow
 a + b / g (with a = c / N, b = t0). Two numbers of groups measured fix both; from one,
 the model assumes no gain from more groups, the cautious guess.
+
+Where more groups gain more than in proportion (a < 0: on a cluster bound by the server's
+link, the synchronous layout sends every member's gradients and then receives every
+member's weights, while groups overlap one's sending with another's receiving), a + b / g
+would reach zero; the model then follows the measured slope on a log-log scale,
+seconds per update = A g^-k.
 """
 
 import numpy as np
@@ -21,6 +27,14 @@ class MeasuredHardwareModel:
     1.0
     >>> round(model.seconds_per_update(2), 3)
     0.2
+
+    Gaining more than in proportion, it follows the log-log slope:
+
+    >>> model = MeasuredHardwareModel(num_workers=8)
+    >>> model.observe(1, 0.6), round(model.observe(2, 0.25), 3)
+    (0.0, 1.4)
+    >>> round(model.seconds_per_update(4), 4)
+    0.1042
     """
 
     def __init__(self, num_workers: int) -> None:
@@ -35,7 +49,10 @@ class MeasuredHardwareModel:
         if len(groups) == 1:
             return float(seconds[0])
         slope, intercept = np.polyfit(1.0 / groups, seconds, 1)
-        return float(max(intercept + slope / num_groups, 1e-9))
+        if intercept >= 0:
+            return float(intercept + slope / num_groups)
+        exponent, log_scale = np.polyfit(np.log(groups), np.log(seconds), 1)
+        return float(np.exp(log_scale + exponent * np.log(num_groups)))
 
     def observe(self, num_groups: int, measured_seconds_per_update: float) -> float:
         """Records a measurement; returns the prediction's relative error before it (0 for

@@ -5,21 +5,24 @@ Asynchrony begets momentum only in expectation: an update carries the gradient o
 version, `tau` updates old, and averaged over `tau` a gradient's weight spreads over the
 updates after its version as momentum spreads it. So the meter measures that spread: on a
 fixed sample of coordinates, each update `d_t = x_{t+1} - x_t`, over its learning rate, is
-regressed on the gradients computed at the versions `t, t-1, ..., t-L`,
+resolved into the gradients computed at the versions `t, t-1, ..., t-L`,
 
-    -d_t / lr_t = sum_l c_l g_{t-l},
+    -d_t / lr_t = sum_l w_{t,l} g_{t-l}
 
-over the last `window` updates (least squares over coordinates and updates, each
-coordinate in units of its own gradients). `c_l` is the share of a version's gradients
-that lands `l` updates later: the staleness for plain SGD, a geometric tail for momentum
-`mu`, their convolution for both. The total momentum is the geometric decay of the same
-mean lag `m = sum_l l c_l / sum_l c_l`, that is `m / (1 + m)`: 1 - 1/g for g groups taking
-turns, `mu` for synchronous SGD with momentum `mu`. Nothing here reads the staleness the
-server records, so the two check each other.
+(least squares over the coordinates, each in units of its own gradients: exact when the
+update is made of those gradients, as the server's are). Averaged over the last `window`
+updates, `c_l = mean_t w_{t,l}` is the share of a version's gradients that lands `l`
+updates later: the staleness for plain SGD, a geometric tail for momentum `mu`, their
+convolution for both. The total momentum is the geometric decay of the same mean lag
+`m = sum_l l c_l / sum_l c_l`, that is `m / (1 + m)`: 1 - 1/g for g groups taking turns,
+`mu` for synchronous SGD with momentum `mu`. Nothing here reads the staleness the server
+records, so the two check each other.
 
-The regression looks back `L` = four times the mean lag that the groups and the explicit
+The resolution looks back `L` = four times the mean lag that the groups and the explicit
 momentum lead one to expect, and 8 more (`lags_for`): lags past the true tail add only
-noise to the mean, multiplied by their lag.
+noise to the mean, multiplied by their lag. Gradients of one version that land in several
+updates (members of one step may have computed at different versions, and steps of other
+groups at the same one) are resolved as one, so such updates are resolved approximately.
 """
 
 import collections
@@ -37,7 +40,7 @@ MIN_UPDATES = 16
 
 
 def lags_for(num_groups: int, momentum: float) -> int:
-    """How far back the regression looks for groups taking turns with this momentum.
+    """How far back the meter looks for groups taking turns with this momentum.
 
     >>> lags_for(1, 0.0), lags_for(4, 0.0), lags_for(1, 0.9)
     (8, 20, 44)
@@ -52,7 +55,7 @@ class MomentumMeter:
     Args:
         shapes: Each variable's shape, by name.
         coordinates: How many coordinates to sample, over all variables by size.
-        lags: The oldest gradient, in updates, that the regression attributes
+        lags: The oldest gradient, in updates, that an update is resolved into
             (`lags_for` the layout).
         window: Updates the estimate covers.
 
@@ -95,12 +98,13 @@ class MomentumMeter:
 
     def reset(self) -> None:
         """Forgets every update: the next ones no longer continue the last (a restore)."""
+        # By version: each update over its learning rate, until it is resolved.
         self._updates: dict[int, np.ndarray] = {}
+        # By version: the share-weighted sum of the gradients computed at it.
         self._gradients: dict[int, np.ndarray] = {}
-        self._rows: collections.deque[tuple[np.ndarray, np.ndarray]] = collections.deque()
-        columns = self.lags + 1
-        self._xtx = np.zeros((columns, columns))
-        self._xty = np.zeros(columns)
+        # Each update's make-up: the share of every version's gradients in it.
+        self._compositions: collections.deque[np.ndarray] = collections.deque()
+        self._total = np.zeros(self.lags + 1)
 
     def sample(self, arrays: Mapping[str, np.ndarray]) -> np.ndarray:
         """The sampled coordinates of `arrays` (variables by name), as one float64 vector."""
@@ -118,7 +122,8 @@ class MomentumMeter:
         """Records the update that took the weights from `version` to the next.
 
         `gradients` are the sampled gradients it combined, each with the version it was
-        computed at; `before` and `after` the sampled weights.
+        computed at and its share of the combination; `learning_rate` the rate it was
+        applied with; `before` and `after` the sampled weights.
         """
         for computed_at, gradient, share in gradients:
             # Everything the workers computed at one version, as much of it as reached an
@@ -127,16 +132,15 @@ class MomentumMeter:
             self._gradients[computed_at] = self._gradients.get(computed_at, 0.0) + share * gradient
         if learning_rate > 0:
             self._updates[version] = (before - after) / learning_rate
-        # An update's row waits until every gradient it may carry has arrived (up to
-        # `lags` updates late): one filled in only when it arrived early would tell the
-        # regression which one the update carried.
+        # An update is resolved once every gradient it may carry has arrived (up to
+        # `lags` updates late), so that each version's gradients are whole.
         ready = version - self.lags
         if ready in self._updates:
-            self._add_row(ready, self._updates.pop(ready))
+            self._resolve(ready, self._updates.pop(ready))
         for old in [v for v in self._gradients if v < ready - self.lags]:
             del self._gradients[old]
 
-    def _add_row(self, version: int, update: np.ndarray) -> None:
+    def _resolve(self, version: int, update: np.ndarray) -> None:
         zeros = np.zeros_like(update)
         x = np.stack([self._gradients.get(version - lag, zeros) for lag in range(self.lags + 1)], axis=1)
         # Each coordinate's equation in units of its own gradients: a few large
@@ -144,21 +148,22 @@ class MomentumMeter:
         scale = np.sqrt(np.mean(np.square(x), axis=1))
         used = scale > 0
         x, update = x[used] / scale[used, None], update[used] / scale[used]
-        row = (x.T @ x, x.T @ update)
-        self._rows.append(row)
-        self._xtx += row[0]
-        self._xty += row[1]
-        if len(self._rows) > self.window:
-            old_xtx, old_xty = self._rows.popleft()
-            self._xtx -= old_xtx
-            self._xty -= old_xty
+        normal = x.T @ x
+        # A version no worker computed at has no gradient: the tiny ridge leaves its
+        # share at zero instead of making the equations singular.
+        normal[np.diag_indices_from(normal)] += 1e-9 * max(float(np.trace(normal)), 1e-300)
+        composition = np.linalg.solve(normal, x.T @ update)
+        self._compositions.append(composition)
+        self._total += composition
+        if len(self._compositions) > self.window:
+            self._total -= self._compositions.popleft()
 
     def spread(self) -> np.ndarray | None:
-        """The regression's `c_0..c_L`: how much of a version's gradients lands `l`
-        updates later; None before `MIN_UPDATES` updates."""
-        if len(self._rows) < MIN_UPDATES:
+        """`c_0..c_L`: how much of a version's gradients lands `l` updates later, on
+        average over the window; None before `MIN_UPDATES` updates."""
+        if len(self._compositions) < MIN_UPDATES:
             return None
-        return np.linalg.lstsq(self._xtx, self._xty, rcond=None)[0]
+        return self._total / len(self._compositions)
 
     def total_momentum(self) -> float:
         """The measured total momentum; NaN until enough updates, or when the updates do

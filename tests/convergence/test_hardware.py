@@ -73,6 +73,17 @@ def test_measurements_alone_predict_unseen_groups_within_20_percent() -> None:
         assert model.seconds_per_update(groups) == pytest.approx(simulate(workers, groups, 64, 0.01, 0.0005), rel=0.2)
 
 
+def test_a_link_bound_cluster_is_extrapolated_on_its_log_log_slope() -> None:
+    # Seconds per update the emulated cpu-cluster-1gbit measured: more groups gain more
+    # than in proportion, which a + b / g can only follow down to zero.
+    measured = {1: 0.616, 2: 0.2627, 4: 0.1228, 8: 0.0546}
+    model = MeasuredHardwareModel(num_workers=8)
+    for groups in (1, 2):
+        model.observe(groups, measured[groups])
+    for groups in (4, 8):
+        assert model.seconds_per_update(groups) == pytest.approx(measured[groups], rel=0.2)
+
+
 def test_the_server_caps_the_update_rate() -> None:
     model = HardwareModel([FAST] * 8, batch_size=8, push_pull_seconds=0.0, server_seconds_per_update=0.05)
     assert model.predict(8) == pytest.approx(0.05)

@@ -1,0 +1,68 @@
+"""The science study: its analysis on made-up trials, and a quick run through the real
+parts (a check that it runs and writes its page; no figure is asserted)."""
+
+import json
+import math
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+BENCHMARKS = pathlib.Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+import science  # noqa: E402
+
+
+def _trial(groups: int, momentum: float, loss: float | None, total: float | None = None, seed: int = 0) -> dict:
+    return {"seed": seed, "groups": groups, "momentum": momentum, "loss": loss, "total_momentum": total, "mean_staleness": groups - 1.0}
+
+
+def test_the_best_momentum_is_the_lowest_mean_loss_and_a_diverged_seed_rules_a_setting_out() -> None:
+    trials = [
+        _trial(1, 0.0, 0.5), _trial(1, 0.9, 0.3), _trial(1, 0.9, 0.31, seed=1), _trial(1, 0.0, 0.5, seed=1),
+        _trial(4, 0.0, 0.32), _trial(4, 0.0, 0.33, seed=1), _trial(4, 0.9, 0.1), _trial(4, 0.9, None, seed=1),
+    ]
+    assert science.best_momenta(trials) == {1: 0.9, 4: 0.0}
+    assert science.tuned_over_sync(trials) == {4: pytest.approx(0.325 / 0.305)}
+
+
+def test_implicit_momentum_errors_compare_the_measured_total_with_one_minus_one_over_g() -> None:
+    trials = [_trial(1, 0.0, 1.0, total=0.02), _trial(2, 0.0, 1.0, total=0.4), _trial(2, 0.0, 1.0, total=0.5, seed=1)]
+    errors = science.implicit_momentum_errors(trials)
+    assert errors[1] == pytest.approx(0.02)
+    assert errors[2] == pytest.approx(0.05)
+    assert math.isnan(science.measured_total_momentum(trials, 4, 0.0))
+
+
+def test_the_hardware_model_is_scored_on_the_groups_it_did_not_see() -> None:
+    errors = science.he_errors({1: 0.4, 2: 0.25, 4: 0.175, 8: 0.1})
+    assert set(errors) == {4, 8}
+    predicted, error = errors[4]
+    assert predicted == pytest.approx(0.175)
+    assert error == pytest.approx(0.0, abs=1e-9)
+    assert errors[8][1] == pytest.approx(abs(0.1375 - 0.1) / 0.1)
+
+
+def test_the_page_keeps_what_lies_outside_its_results(tmp_path: pathlib.Path) -> None:
+    page = tmp_path / "science.md"
+    page.write_text(f"# Method\n\n{science.START}\nold\n{science.END}\n\n## Discussion\n")
+    science.write_page(page, f"{science.START}\nnew\n{science.END}")
+    assert page.read_text() == f"# Method\n\n{science.START}\nnew\n{science.END}\n\n## Discussion\n"
+
+
+@pytest.mark.slow
+def test_quick_study_runs_through_launched_clusters_and_writes_its_page(tmp_path: pathlib.Path) -> None:
+    run = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "science.py"), "--quick", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=1200,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    figures = json.loads(run.stdout.strip().splitlines()[-1])
+    assert set(figures) == {"implicit_momentum_max_error", "best_momentum_non_increasing", "tuned_async_over_sync_loss", "he_prediction_error"}
+    page = (tmp_path / "science.md").read_text()
+    assert science.START in page and json.dumps(figures) in page
+    assert (tmp_path / "science_implicit_momentum.png").stat().st_size > 0
+    assert (tmp_path / "science_momentum.png").stat().st_size > 0
+    # Every trial of the quick grid made it into the table: one row per number of groups.
+    assert page.count("| 1 | ") >= 1 and page.count("| 4 | ") >= 1
