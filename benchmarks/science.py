@@ -9,9 +9,9 @@ worker; the emulated cluster for the fourth):
    groups of the 8 workers.
 2. The best explicit momentum falls as g rises: the loss after a fixed number of updates
    (on a fixed batch of training data, from the same first weights) over explicit momenta
-   -0.3, 0, 0.3, 0.6, 0.9 at every g, 3 seeds.
-3. Tuned asynchrony costs little per update: at each g, the best momentum's loss against
-   the best synchronous (g = 1) one's.
+   -0.3, 0, 0.3, 0.6, 0.9 at every g and the model's first learning rate, 3 seeds.
+3. Tuned asynchrony costs little per update: at each g, the loss of the best momentum
+   and learning rate against the best synchronous (g = 1) one's.
 4. The hardware model predicts: seconds per update on the emulated cluster
    `cpu-cluster-1gbit`, predicted for g = 4 and 8 by `MeasuredHardwareModel` from the
    measured g = 1 and 2, against measured.
@@ -51,22 +51,22 @@ START, END = "<!-- science results: start -->", "<!-- science results: end -->"
 @dataclasses.dataclass(frozen=True)
 class Setup:
     """One model's experiment: its dataset, workers, numbers of groups, updates per
-    trial, learning rate and seeds."""
+    trial, learning rates (the first for experiments 1 and 2) and seeds."""
 
     dataset: str
     title: str
     workers: int
     groups: tuple[int, ...]
     updates: int
-    learning_rate: float
+    learning_rates: tuple[float, ...]
     seeds: tuple[int, ...]
 
 
 FULL = (
-    Setup("digits", "MLP on digits", 8, (1, 2, 4, 8), 150, 0.3, (0, 1, 2)),
-    Setup("fashion_mnist", "main CNN on Fashion-MNIST", 8, (1, 2, 4, 8), 150, 0.05, (0, 1, 2)),
+    Setup("digits", "MLP on digits", 8, (1, 2, 4, 8), 150, (0.3, 0.1), (0, 1, 2)),
+    Setup("fashion_mnist", "main CNN on Fashion-MNIST", 8, (1, 2, 4, 8), 150, (0.05, 0.015), (0, 1, 2)),
 )
-QUICK = (Setup("digits", "MLP on digits", 4, (1, 2, 4), 100, 0.3, (0,)),)
+QUICK = (Setup("digits", "MLP on digits", 4, (1, 2, 4), 100, (0.3,), (0,)),)
 QUICK_HE_FIELDS = {"link": "1gbit", "hosts": [{"name": "half", "cpus": 0.5, "count": 4}]}
 
 
@@ -84,16 +84,17 @@ def run_seed(setup: Setup, seed: int, work: pathlib.Path) -> list[dict]:
         "--log-dir", str(work / f"{setup.dataset}-seed-{seed}"), str(WORKER_SCRIPT),
         "--dataset", setup.dataset, "--seed", str(seed), "--groups", ",".join(map(str, setup.groups)),
         f"--momenta={','.join(map(str, MOMENTA))}", "--updates", str(setup.updates),
-        "--learning-rate", str(setup.learning_rate),
+        "--learning-rates", ",".join(map(str, setup.learning_rates)),
     ]
     run = subprocess.run(command, capture_output=True, text=True, timeout=3600)
     trials = [json.loads(line.removeprefix("TRIAL ")) for line in run.stdout.splitlines() if line.startswith("TRIAL ")]
-    if run.returncode != 0 or len(trials) != len(setup.groups) * len(MOMENTA):
+    if run.returncode != 0 or len(trials) != len(setup.groups) * len(setup.learning_rates) * len(MOMENTA):
         raise RuntimeError(f"{setup.dataset}, seed {seed}: the launch failed\n{run.stdout[-2000:]}\n{run.stderr[-3000:]}")
     for trial in trials:
         loss = trial["loss"]
         log(
-            f"  {setup.dataset} seed {seed}, {trial['groups']} groups, momentum {trial['momentum']:+.1f}: "
+            f"  {setup.dataset} seed {seed}, {trial['groups']} groups, learning rate {trial['learning_rate']}, "
+            f"momentum {trial['momentum']:+.1f}: "
             f"loss {loss if loss is None else round(loss, 4)} after {trial['updates']} updates, "
             f"total momentum measured {_rounded(trial['total_momentum'])}, mean staleness {_rounded(trial['mean_staleness'])}"
         )
@@ -169,11 +170,29 @@ def implicit_momentum_errors(trials: Sequence[dict]) -> dict[int, float]:
     return {g: abs(measured_total_momentum(trials, g, 0.0) - implicit_momentum(g)) for g in groups}
 
 
+def at_rate(trials: Sequence[dict], learning_rate: float) -> list[dict]:
+    return [t for t in trials if t["learning_rate"] == learning_rate]
+
+
+def best_tuned(trials: Sequence[dict]) -> dict[int, tuple[float, float, float]]:
+    """At each number of groups, the (learning rate, momentum, mean loss) of the lowest
+    mean loss over every learning rate and momentum."""
+    by: dict[tuple[int, float, float], list[float]] = {}
+    for trial in trials:
+        loss = trial["loss"]
+        by.setdefault((trial["groups"], trial["learning_rate"], trial["momentum"]), []).append(math.inf if loss is None else loss)
+    best: dict[int, tuple[float, float, float]] = {}
+    for (groups, rate, momentum), losses in sorted(by.items()):
+        loss = mean_loss(losses)
+        if groups not in best or loss < best[groups][2]:
+            best[groups] = (rate, momentum, loss)
+    return best
+
+
 def tuned_over_sync(trials: Sequence[dict]) -> dict[int, float]:
     """Each number of groups' best mean loss over the synchronous (g = 1) best."""
-    by = losses_by_setting(trials)
-    best = {g: min(mean_loss(losses) for (h, _), losses in by.items() if h == g) for g, _ in by}
-    return {g: best[g] / best[1] for g in sorted(best) if g > 1}
+    best = best_tuned(trials)
+    return {g: best[g][2] / best[1][2] for g in sorted(best) if g > 1}
 
 
 def he_errors(measured: dict[int, float], known: Sequence[int] = (1, 2)) -> dict[int, tuple[float, float]]:
@@ -277,25 +296,26 @@ def plot_hardware(measured: dict[int, float], errors: dict[int, tuple[float, flo
 
 
 def results_markdown(results: dict[Setup, list[dict]], measured: dict[int, float] | None, figures: dict) -> str:
+    """The results section: `results` holds every trial of each setup."""
+    base = {setup: at_rate(trials, setup.learning_rates[0]) for setup, trials in results.items()}
     lines = [START, "", "### Implicit momentum (experiment 1)", "",
              "| model | g | 1 - 1/g | total momentum measured (mean over seeds) | from the staleness |",
              "|---|---|---|---|---|"]
-    for setup, trials in results.items():
+    for setup, trials in base.items():
         for g in setup.groups:
             zero = [t for t in trials if t["groups"] == g and t["momentum"] == 0.0]
             staleness = [t["mean_staleness"] for t in zero if t["mean_staleness"] is not None]
             from_staleness = statistics.fmean(staleness) / (1 + statistics.fmean(staleness)) if staleness else math.nan
             lines.append(f"| {setup.title} | {g} | {implicit_momentum(g):.3f} | {_rounded(measured_total_momentum(trials, g, 0.0))} | {_rounded(from_staleness)} |")
     lines += ["", "![Implicit momentum](science_implicit_momentum.png)", "",
-              "### Loss over explicit momentum (experiments 2 and 3)", ""]
-    for setup, trials in results.items():
+              "### Loss over explicit momentum (experiment 2)", ""]
+    for setup, trials in base.items():
         by = losses_by_setting(trials)
         best = best_momenta(trials)
-        lines += [f"{setup.title}: loss after {setup.updates} updates, learning rate {setup.learning_rate}, "
+        lines += [f"{setup.title}: loss after {setup.updates} updates, learning rate {setup.learning_rates[0]}, "
                   f"{len(setup.seeds)} seed{'s' * (len(setup.seeds) > 1)} (mean ± standard deviation; inf: diverged)", "",
-                  "| g | " + " | ".join(f"{m:+.1f}" for m in MOMENTA) + " | best | total measured at the best | best over sync |",
-                  "|---|" + "---|" * (len(MOMENTA) + 3)]
-        ratios = tuned_over_sync(trials)
+                  "| g | " + " | ".join(f"{m:+.1f}" for m in MOMENTA) + " | best | total measured at the best |",
+                  "|---|" + "---|" * (len(MOMENTA) + 2)]
         for g in setup.groups:
             cells = []
             for m in MOMENTA:
@@ -303,11 +323,20 @@ def results_markdown(results: dict[Setup, list[dict]], measured: dict[int, float
                 mean = mean_loss(losses)
                 spread = statistics.stdev(losses) if len(losses) > 1 and math.isfinite(mean) else 0.0
                 cells.append(f"{mean:.4f} ± {spread:.4f}" if math.isfinite(mean) else "inf")
-            ratio = _rounded(ratios.get(g, 1.0))
-            lines.append(f"| {g} | " + " | ".join(cells) + f" | {best[g]:+.1f} | {_rounded(measured_total_momentum(trials, g, best[g]))} | {ratio} |")
+            lines.append(f"| {g} | " + " | ".join(cells) + f" | {best[g]:+.1f} | {_rounded(measured_total_momentum(trials, g, best[g]))} |")
         lines.append("")
     lines += ["![Loss over explicit momentum; the best momentum and the total momentum](science_momentum.png)", "",
-              "### Hardware model (experiment 4)", ""]
+              "### Tuned asynchrony against tuned synchrony (experiment 3)", ""]
+    for setup, trials in results.items():
+        tuned, ratios = best_tuned(trials), tuned_over_sync(trials)
+        lines += [f"{setup.title}: the best mean loss after {setup.updates} updates over learning rates "
+                  f"{', '.join(map(str, setup.learning_rates))} and every momentum", "",
+                  "| g | learning rate | momentum | loss | over the synchronous |", "|---|---|---|---|---|"]
+        for g in setup.groups:
+            rate, momentum, loss = tuned[g]
+            lines.append(f"| {g} | {rate} | {momentum:+.1f} | {loss:.4f} | {_rounded(ratios.get(g, 1.0))} |")
+        lines.append("")
+    lines += ["### Hardware model (experiment 4)", ""]
     if measured is None:
         lines.append("Left out: this machine could not emulate the cluster.")
     else:
@@ -343,12 +372,16 @@ def main() -> int:
         work = pathlib.Path(directory)
         results: dict[Setup, list[dict]] = {}
         for setup in setups:
-            log(f"{setup.title}: {setup.workers} workers, groups {setup.groups}, momenta {MOMENTA}, {setup.updates} updates per trial")
+            log(
+                f"{setup.title}: {setup.workers} workers, groups {setup.groups}, learning rates {setup.learning_rates}, "
+                f"momenta {MOMENTA}, {setup.updates} updates per trial"
+            )
             results[setup] = [trial for seed in setup.seeds for trial in run_seed(setup, seed, work)]
         log("hardware model: seconds per update on the emulated cluster")
         measured = measure_hardware(args.quick, work)
-    implicit_errors = [e for trials in results.values() for e in implicit_momentum_errors(trials).values()]
-    best = {setup: best_momenta(trials) for setup, trials in results.items()}
+    base = {setup: at_rate(trials, setup.learning_rates[0]) for setup, trials in results.items()}
+    implicit_errors = [e for trials in base.values() for e in implicit_momentum_errors(trials).values()]
+    best = {setup: best_momenta(trials) for setup, trials in base.items()}
     figures = {
         "implicit_momentum_max_error": round(max(implicit_errors), 3) if all(map(math.isfinite, implicit_errors)) else None,
         "best_momentum_non_increasing": all(non_increasing([b[g] for g in sorted(b)]) for b in best.values()),
@@ -357,8 +390,8 @@ def main() -> int:
     }
     for setup, chosen in best.items():
         log(f"{setup.title}: best explicit momentum by groups {chosen}")
-    plot_implicit(results, args.out / "science_implicit_momentum.png")
-    plot_grid(results, args.out / "science_momentum.png")
+    plot_implicit(base, args.out / "science_implicit_momentum.png")
+    plot_grid(base, args.out / "science_momentum.png")
     if measured:
         plot_hardware(measured, he_errors(measured), args.out / "science_hardware.png")
     write_page(args.out / "science.md", results_markdown(results, measured, figures))

@@ -1,8 +1,10 @@
 """The training script that `science.py` launches on every worker: one seed's trials.
 
-Launched with one group. Every trial starts from the same snapshot of the first weights,
-runs `--updates` updates with its number of groups and explicit momentum (the
-learning rate fixed), and is scored by the loss of its final weights on a fixed batch of
+Launched with one group. Each number of groups starts with a short unrecorded trial, while
+the workers trace their step for their new share of the batch. Every trial starts from the
+same snapshot of the first weights,
+runs `--updates` updates with its number of groups, learning rate and explicit momentum,
+and is scored by the loss of its final weights on a fixed batch of
 training data. The chief drives the trials and prints one `TRIAL {json}` line for each:
 the loss, the updates, the total momentum the parameter server measured from the trial's
 updates, and the mean staleness it recorded. A trial whose loss stops being finite, or
@@ -13,11 +15,15 @@ import argparse
 import collections
 import json
 import math
+import threading
 import time
 
 import keras
 
 import omnikeras
+
+# Updates of the unrecorded trial that starts each number of groups.
+WARMUP_UPDATES = 30
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--dataset", choices=["fashion_mnist", "digits"], required=True)
@@ -25,7 +31,7 @@ parser.add_argument("--seed", type=int, required=True, help="seed of the first w
 parser.add_argument("--groups", required=True, help="comma-separated numbers of groups")
 parser.add_argument("--momenta", required=True, help="comma-separated explicit momenta")
 parser.add_argument("--updates", type=int, required=True, help="updates per trial")
-parser.add_argument("--learning-rate", type=float, default=0.01)
+parser.add_argument("--learning-rates", required=True, help="comma-separated learning rates")
 parser.add_argument("--batch-size", type=int, default=64)
 parser.add_argument("--probe-examples", type=int, default=2048)
 parser.add_argument("--trial-seconds", type=float, default=300.0)
@@ -54,7 +60,7 @@ def build_model(dataset: str) -> keras.Model:
 class Trials(keras.callbacks.Callback):
     """Runs every (groups, momentum) trial from one snapshot, on the chief."""
 
-    def __init__(self, plan: list[tuple[int, float]]) -> None:
+    def __init__(self, plan: list[tuple[int, float, float, bool]]) -> None:
         super().__init__()
         self.plan = plan
         self.worker = strategy.worker
@@ -68,55 +74,85 @@ class Trials(keras.callbacks.Callback):
         self.begin()
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
-        if self.worker.last_push is None:
-            return  # a step the server did not take
-        version = self.worker.last_push.model_version
         loss = (logs or {}).get("loss", math.nan)
-        if version <= self.restored_at:
-            return  # a step computed on the weights from before the restore
-        elapsed = time.monotonic() - self.started
-        diverged = not math.isfinite(loss) or self.worker.rejected_steps > self.rejected_before
-        if diverged or elapsed > args.trial_seconds or version - self.restored_at >= args.updates:
-            self.end(version, diverged or elapsed > args.trial_seconds)
+        after_restore = self.worker.last_push is not None and self.worker.last_push.model_version > self.restored_at
+        diverged = after_restore and (not math.isfinite(loss) or self.worker.rejected_steps > self.rejected_before)
+        timed_out = time.monotonic() - self.started > args.trial_seconds
+        if self.ended.is_set() or diverged or timed_out:
+            self.end(diverged or timed_out)
 
     def begin(self) -> None:
-        groups, momentum = self.plan[0]
-        self.worker.change_update_rule(learning_rate=args.learning_rate, momentum=momentum)
+        groups, learning_rate, momentum, recorded = self.plan[0]
+        self.worker.change_update_rule(learning_rate=learning_rate, momentum=momentum)
         if groups != self.worker.place.num_groups:
             self.worker.client.set_groups(num_groups=groups)
         self.restored_at = self.worker.client.restore_snapshot("science-start")
+        # Gradients of the weights before the restore are refused: no update can come
+        # between the two.
+        self.before = self.server_counts()
         self.model.reset_metrics()
-        self.staleness_before = self.staleness()
         self.rejected_before = self.worker.rejected_steps
         self.started = time.monotonic()
+        self.ended = threading.Event()
+        updates = args.updates if recorded else WARMUP_UPDATES
+        threading.Thread(target=self.watch, args=(self.restored_at + updates, self.ended), daemon=True).start()
 
-    def end(self, version: int, diverged: bool) -> None:
-        groups, momentum = self.plan.pop(0)
-        stats = self.worker.client.stats()[0]
-        staleness = self.staleness() - self.staleness_before
-        loss = math.nan if diverged else self.probe_loss()
+    def watch(self, last_version: int, ended: threading.Event) -> None:
+        """Ends the trial on the server the moment it reaches its updates, whatever the
+        chief is doing: the weights then, and the server's counts, are the trial's."""
+        while not ended.is_set():
+            if self.worker.client.stats()[0].model_version >= last_version:
+                self.end_version = self.worker.client.save_snapshot("science-end")
+                self.after = self.server_counts()
+                ended.set()
+            time.sleep(0.002)
+
+    def end(self, diverged: bool) -> None:
+        finished = self.ended.is_set()
+        self.ended.set()
+        groups, learning_rate, momentum, recorded = self.plan.pop(0)
+        if not recorded:
+            self.begin()
+            return
+        loss = math.nan
+        if finished and not diverged:
+            # The chief's own weights may be a few updates past the trial's: take the
+            # server's at its end.
+            self.worker.client.restore_snapshot("science-end")
+            self.worker.assign(self.model, self.worker.client.pull().weights)
+            loss = self.probe_loss()
+        before = self.before
+        after = self.after if finished else self.server_counts()
+        staleness = after["staleness"] - before["staleness"]
         applied = sum(staleness.values())
         print("TRIAL " + json.dumps({
             "seed": args.seed,
             "groups": groups,
+            "learning_rate": learning_rate,
             "momentum": momentum,
             "loss": loss if math.isfinite(loss) else None,
             "start_loss": self.start_loss,
-            "updates": version - self.restored_at,
+            "updates": applied,
             "seconds": time.monotonic() - self.started,
-            "total_momentum": stats.total_momentum if math.isfinite(stats.total_momentum) else None,
+            "total_momentum": after["total_momentum"],
             "mean_staleness": sum(lag * n for lag, n in staleness.items()) / applied if applied else None,
+            "updates_by_group": [after["updates"][g] - before["updates"][g] for g in range(groups)],
         }), flush=True)
         if self.plan:
             self.begin()
         else:
             self.model.stop_training = True
 
-    def staleness(self) -> collections.Counter[int]:
-        total: collections.Counter[int] = collections.Counter()
-        for group in self.worker.client.stats()[0].groups:
-            total.update(group.staleness_histogram)
-        return total
+    def server_counts(self) -> dict:
+        stats = self.worker.client.stats()[0]
+        staleness: collections.Counter[int] = collections.Counter()
+        for group in stats.groups:
+            staleness.update(group.staleness_histogram)
+        return {
+            "staleness": staleness,
+            "updates": collections.Counter({group.group: group.updates_applied for group in stats.groups}),
+            "total_momentum": stats.total_momentum if math.isfinite(stats.total_momentum) else None,
+        }
 
     def probe_loss(self) -> float:
         x, y, sample_weight = self.probe
@@ -125,10 +161,19 @@ class Trials(keras.callbacks.Callback):
 
 keras.utils.set_random_seed(args.seed)
 (x_train, y_train), _ = getattr(omnikeras.datasets, args.dataset)()
+# Whole batches only: a last, smaller one would make every worker trace its step again at
+# the end of the first pass, all at once, and stall the trial under way.
+whole = len(x_train) // args.batch_size * args.batch_size
+x_train, y_train = x_train[:whole], y_train[:whole]
 strategy = omnikeras.GroupedAsyncStrategy()
 with strategy.scope():
     model = build_model(args.dataset)
-    model.compile(optimizer=keras.optimizers.SGD(args.learning_rate), loss="sparse_categorical_crossentropy")
-plan = [(int(g), float(m)) for g in args.groups.split(",") for m in args.momenta.split(",")]
+    model.compile(optimizer=keras.optimizers.SGD(), loss="sparse_categorical_crossentropy")
+rates, momenta = [float(r) for r in args.learning_rates.split(",")], [float(m) for m in args.momenta.split(",")]
+plan = []
+for g in map(int, args.groups.split(",")):
+    # Unrecorded: each worker traces its step for its new share of the batch meanwhile.
+    plan.append((g, rates[0], 0.0, False))
+    plan += [(g, rate, m, True) for rate in rates for m in momenta]
 callbacks = [Trials(plan)] if strategy.config.is_chief else []
 model.fit(x_train, y_train, batch_size=args.batch_size, epochs=10_000, callbacks=callbacks, verbose=0)

@@ -37,6 +37,9 @@ COORDINATES = 512
 MAX_LAGS = 64
 WINDOW = 256
 MIN_UPDATES = 16
+# A make-up whose shares add up to less than a third of their magnitudes is left out: the
+# tail of momentum -0.3 adds up to 0.54 of its magnitudes.
+CANCELLING = 3.0
 
 
 def lags_for(num_groups: int, momentum: float) -> int:
@@ -153,6 +156,10 @@ class MomentumMeter:
         # share at zero instead of making the equations singular.
         normal[np.diag_indices_from(normal)] += 1e-9 * max(float(np.trace(normal)), 1e-300)
         composition = np.linalg.solve(normal, x.T @ update)
+        if np.abs(composition).sum() > CANCELLING * abs(composition.sum()):
+            # Large shares that cancel: gradients too alike to tell apart (early in
+            # training, where they share one direction), not a make-up.
+            return
         self._compositions.append(composition)
         self._total += composition
         if len(self._compositions) > self.window:

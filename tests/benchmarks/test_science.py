@@ -14,8 +14,11 @@ sys.path.insert(0, str(BENCHMARKS))
 import science  # noqa: E402
 
 
-def _trial(groups: int, momentum: float, loss: float | None, total: float | None = None, seed: int = 0) -> dict:
-    return {"seed": seed, "groups": groups, "momentum": momentum, "loss": loss, "total_momentum": total, "mean_staleness": groups - 1.0}
+def _trial(groups: int, momentum: float, loss: float | None, total: float | None = None, seed: int = 0, rate: float = 0.1) -> dict:
+    return {
+        "seed": seed, "groups": groups, "learning_rate": rate, "momentum": momentum, "loss": loss,
+        "total_momentum": total, "mean_staleness": groups - 1.0,
+    }
 
 
 def test_the_best_momentum_is_the_lowest_mean_loss_and_a_diverged_seed_rules_a_setting_out() -> None:
@@ -25,6 +28,17 @@ def test_the_best_momentum_is_the_lowest_mean_loss_and_a_diverged_seed_rules_a_s
     ]
     assert science.best_momenta(trials) == {1: 0.9, 4: 0.0}
     assert science.tuned_over_sync(trials) == {4: pytest.approx(0.325 / 0.305)}
+
+
+def test_tuning_takes_the_best_learning_rate_and_momentum_at_each_number_of_groups() -> None:
+    trials = [
+        _trial(1, 0.9, 0.2), _trial(1, 0.0, 0.1, rate=0.3),
+        _trial(2, 0.0, 0.4), _trial(2, 0.3, 0.11, rate=0.3), _trial(2, 0.9, None, rate=0.3),
+    ]
+    assert science.best_tuned(trials) == {1: (0.3, 0.0, 0.1), 2: (0.3, 0.3, 0.11)}
+    assert science.tuned_over_sync(trials) == {2: pytest.approx(1.1)}
+    # Experiment 2 reads one learning rate only.
+    assert science.best_momenta(science.at_rate(trials, 0.1)) == {1: 0.9, 2: 0.0}
 
 
 def test_implicit_momentum_errors_compare_the_measured_total_with_one_minus_one_over_g() -> None:
