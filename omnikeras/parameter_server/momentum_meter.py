@@ -19,8 +19,9 @@ convolution for both. The total momentum is the geometric decay of the same mean
 records, so the two check each other.
 
 The resolution looks back `L` = four times the mean lag that the groups and the explicit
-momentum lead one to expect, and 8 more (`lags_for`): lags past the true tail add only
-noise to the mean, multiplied by their lag. Gradients of one version that land in several
+momentum lead one to expect, and 16 more (`lags_for`): groups are seldom equally fast, and
+a stalled group's gradients land late; lags past the true tail add only noise to the mean,
+multiplied by their lag. Gradients of one version that land in several
 updates (members of one step may have computed at different versions, and steps of other
 groups at the same one) are resolved as one, so such updates are resolved approximately.
 """
@@ -46,10 +47,10 @@ def lags_for(num_groups: int, momentum: float) -> int:
     """How far back the meter looks for groups taking turns with this momentum.
 
     >>> lags_for(1, 0.0), lags_for(4, 0.0), lags_for(1, 0.9)
-    (8, 20, 44)
+    (16, 28, 52)
     """
     expected = num_groups - 1 + max(momentum, 0.0) / (1 - momentum)
-    return min(round(4 * expected) + 8, MAX_LAGS)
+    return min(round(4 * expected) + 16, MAX_LAGS)
 
 
 class MomentumMeter:
