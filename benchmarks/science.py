@@ -63,8 +63,8 @@ class Setup:
 
 
 FULL = (
-    Setup("digits", "MLP on digits", 8, (1, 2, 4, 8), 150, (0.3, 0.1), (0, 1, 2)),
-    Setup("fashion_mnist", "main CNN on Fashion-MNIST", 8, (1, 2, 4, 8), 150, (0.05, 0.015), (0, 1, 2)),
+    Setup("digits", "MLP on digits", 8, (1, 2, 4, 8), 150, (0.3, 1.0), (0, 1, 2)),
+    Setup("fashion_mnist", "main CNN on Fashion-MNIST", 8, (1, 2, 4, 8), 150, (0.05, 0.15), (0, 1, 2)),
 )
 QUICK = (Setup("digits", "MLP on digits", 4, (1, 2, 4), 100, (0.3,), (0,)),)
 QUICK_HE_FIELDS = {"link": "1gbit", "hosts": [{"name": "half", "cpus": 0.5, "count": 4}]}
