@@ -506,9 +506,10 @@ class GroupCoordinator:
 
     def stats(self) -> Stats:
         with self._cond:
+            meter = self._meter
             occupied = {worker.group for worker in self._workers.values()}
             updates_applied = sum(self._updates.values())
-            return Stats(
+            stats = Stats(
                 model_version=self.model.version,
                 updates_applied=updates_applied,
                 pushes_received=self._pushes_received,
@@ -528,8 +529,9 @@ class GroupCoordinator:
                     for g in range(self.num_groups)
                 ),
                 mean_apply_seconds=self.model.apply_seconds_total / max(updates_applied, 1),
-                total_momentum=self._meter.total_momentum() if self._meter is not None else math.nan,
             )
+        # The meter resolves its updates as it is read: off the lock that every update takes.
+        return dataclasses.replace(stats, total_momentum=meter.total_momentum() if meter is not None else math.nan)
 
     def _batch_stats(self, group: int, occupied: set[int]) -> dict:
         if group not in occupied:

@@ -21,23 +21,29 @@ records, so the two check each other.
 The resolution looks back `L` = four times the mean lag that the groups and the explicit
 momentum lead one to expect, and 16 more (`lags_for`): groups are seldom equally fast, and
 a stalled group's gradients land late; lags past the true tail add only noise to the mean,
-multiplied by their lag. Gradients of one version that land in several
-updates (members of one step may have computed at different versions, and steps of other
-groups at the same one) are resolved as one, so such updates are resolved approximately.
+multiplied by their lag. Updates are resolved when the measurement is read (`GetStats`), off
+the path of every update, and only those applied `L` updates before the newest, whose
+gradients have all arrived. Gradients of one version that land in several updates
+(members of one step may have computed at different versions, and steps of other groups at
+the same one) are resolved as one, so such updates are resolved approximately.
 """
 
 import collections
 import math
+import threading
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-# A few hundred coordinates pin down a handful of coefficients, and keep the meter's work
-# per update (one small outer product) far below an update's.
+# A few hundred coordinates pin down a few dozen shares; sampling them is the meter's only
+# work per update (tens of microseconds); each update's least-squares solve waits until
+# the measurement is read.
 COORDINATES = 512
 MAX_LAGS = 64
 WINDOW = 256
 MIN_UPDATES = 16
+# Updates between two sweeps of what the window no longer needs.
+PRUNE_EVERY = 64
 # A make-up whose shares add up to less than a third of their magnitudes is left out: the
 # tail of momentum -0.3 adds up to 0.54 of its magnitudes.
 CANCELLING = 3.0
@@ -98,12 +104,12 @@ class MomentumMeter:
             offset += size
         self.lags = lags
         self.window = window
-        self.reset()
-
-    def reset(self) -> None:
-        """Forgets every update: the next ones no longer continue the last (a restore)."""
+        # Recording happens on the server's update path and reading beside it: the lock
+        # is held for dictionary work only, never for a solve.
+        self._lock = threading.Lock()
         # By version: each update over its learning rate, until it is resolved.
         self._updates: dict[int, np.ndarray] = {}
+        self._newest = -1
         # By version: the share-weighted sum of the gradients computed at it.
         self._gradients: dict[int, np.ndarray] = {}
         # Each update's make-up: the share of every version's gradients in it.
@@ -129,49 +135,53 @@ class MomentumMeter:
         computed at and its share of the combination; `learning_rate` the rate it was
         applied with; `before` and `after` the sampled weights.
         """
-        for computed_at, gradient, share in gradients:
-            # Everything the workers computed at one version, as much of it as reached an
-            # update: members of one step may have computed at different versions, and
-            # steps of other groups at the same one.
-            self._gradients[computed_at] = self._gradients.get(computed_at, 0.0) + share * gradient
-        if learning_rate > 0:
-            self._updates[version] = (before - after) / learning_rate
-        # An update is resolved once every gradient it may carry has arrived (up to
-        # `lags` updates late), so that each version's gradients are whole.
-        ready = version - self.lags
-        if ready in self._updates:
-            self._resolve(ready, self._updates.pop(ready))
-        for old in [v for v in self._gradients if v < ready - self.lags]:
-            del self._gradients[old]
+        with self._lock:
+            for computed_at, gradient, share in gradients:
+                # Everything the workers computed at one version, as much of it as reached
+                # an update: members of one step may have computed at different versions,
+                # and steps of other groups at the same one.
+                self._gradients[computed_at] = self._gradients.get(computed_at, 0.0) + share * gradient
+            if learning_rate > 0:
+                self._updates[version] = (before - after) / learning_rate
+            self._newest = max(self._newest, version)
+            if version % PRUNE_EVERY:
+                return
+            # Kept until the updates are resolved, when the measurement is read: updates
+            # that would have left the window by then, and the gradients only they could
+            # carry, are dropped.
+            for kept, oldest in (
+                (self._updates, self._newest - self.lags - self.window),
+                (self._gradients, self._newest - 2 * self.lags - self.window),
+            ):
+                for old in [v for v in kept if v < oldest]:
+                    del kept[old]
 
-    def _resolve(self, version: int, update: np.ndarray) -> None:
-        zeros = np.zeros_like(update)
-        x = np.stack([self._gradients.get(version - lag, zeros) for lag in range(self.lags + 1)], axis=1)
-        # Each coordinate's equation in units of its own gradients: a few large
-        # coordinates would otherwise decide the fit alone.
-        scale = np.sqrt(np.mean(np.square(x), axis=1))
-        used = scale > 0
-        x, update = x[used] / scale[used, None], update[used] / scale[used]
-        normal = x.T @ x
-        # A version no worker computed at has no gradient: the tiny ridge leaves its
-        # share at zero instead of making the equations singular.
-        normal[np.diag_indices_from(normal)] += 1e-9 * max(float(np.trace(normal)), 1e-300)
-        composition = np.linalg.solve(normal, x.T @ update)
-        if np.abs(composition).sum() > CANCELLING * abs(composition.sum()):
-            # Large shares that cancel: gradients too alike to tell apart (early in
-            # training, where they share one direction), not a make-up.
-            return
-        self._compositions.append(composition)
-        self._total += composition
-        if len(self._compositions) > self.window:
-            self._total -= self._compositions.popleft()
+    def _resolve_ready(self) -> None:
+        """Resolves the updates whose gradients have all arrived (up to `lags` updates
+        late), so that each version's gradients are whole; their gradients stay for the
+        updates after them."""
+        with self._lock:
+            ready = sorted(v for v in self._updates if v <= self._newest - self.lags)
+            # The arrays are never changed in place, only replaced: safe to read unlocked.
+            work = [
+                (self._updates.pop(v), [self._gradients.get(v - lag) for lag in range(self.lags + 1)]) for v in ready
+            ]
+        compositions = [c for c in (_resolve(update, gradients) for update, gradients in work) if c is not None]
+        with self._lock:
+            for composition in compositions:
+                self._compositions.append(composition)
+                self._total += composition
+                if len(self._compositions) > self.window:
+                    self._total -= self._compositions.popleft()
 
     def spread(self) -> np.ndarray | None:
         """`c_0..c_L`: how much of a version's gradients lands `l` updates later, on
         average over the window; None before `MIN_UPDATES` updates."""
-        if len(self._compositions) < MIN_UPDATES:
-            return None
-        return self._total / len(self._compositions)
+        self._resolve_ready()
+        with self._lock:
+            if len(self._compositions) < MIN_UPDATES:
+                return None
+            return self._total / len(self._compositions)
 
     def total_momentum(self) -> float:
         """The measured total momentum; NaN until enough updates, or when the updates do
@@ -184,3 +194,25 @@ class MomentumMeter:
             return math.nan
         lag = float(np.arange(len(spread)) @ spread) / weight
         return lag / (1 + lag) if lag > -1 else math.nan
+
+
+def _resolve(update: np.ndarray, gradients: list[np.ndarray | None]) -> np.ndarray | None:
+    """The shares of `gradients` (by lag; None where no worker computed at that version)
+    that make up `update`, or None when they cannot be told apart."""
+    zeros = np.zeros_like(update)
+    x = np.stack([zeros if g is None else g for g in gradients], axis=1)
+    # Each coordinate's equation in units of its own gradients: a few large coordinates
+    # would otherwise decide the fit alone.
+    scale = np.sqrt(np.mean(np.square(x), axis=1))
+    used = scale > 0
+    x, update = x[used] / scale[used, None], update[used] / scale[used]
+    normal = x.T @ x
+    # A version without gradients: the tiny ridge leaves its share at zero instead of
+    # making the equations singular.
+    normal[np.diag_indices_from(normal)] += 1e-9 * max(float(np.trace(normal)), 1e-300)
+    composition = np.linalg.solve(normal, x.T @ update)
+    if np.abs(composition).sum() > CANCELLING * abs(composition.sum()):
+        # Large shares that cancel: gradients too alike to tell apart (early in training,
+        # where they share one direction), not a make-up.
+        return None
+    return composition

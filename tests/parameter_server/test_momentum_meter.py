@@ -1,13 +1,14 @@
 """The momentum meter against update sequences whose total momentum is known."""
 
 import math
+import threading
 
 import numpy as np
 import pytest
 
 from omnikeras.parameter_server.groups import GroupCoordinator
 from omnikeras.parameter_server.model_state import ModelState
-from omnikeras.parameter_server.momentum_meter import MomentumMeter, lags_for
+from omnikeras.parameter_server.momentum_meter import MIN_UPDATES, MomentumMeter, lags_for
 from omnikeras.parameter_server.update_rule import Hyperparameters
 
 DIM = 2000
@@ -58,14 +59,16 @@ def test_explicit_and_implicit_momentum_add_up_in_mean_lag() -> None:
     assert meter.total_momentum() == pytest.approx(4 / 5, abs=0.02)
 
 
-def test_nothing_is_measured_before_enough_updates_nor_after_a_reset() -> None:
+def test_nothing_is_measured_before_enough_updates() -> None:
     meter = MomentumMeter({"w": (DIM,)}, lags=8)
     assert math.isnan(meter.total_momentum())
+    # An update is resolved 8 updates after it was applied.
+    _train(meter, 2, momentum=0.0, updates=8 + MIN_UPDATES - 1)
+    assert math.isnan(meter.total_momentum())
+    meter = MomentumMeter({"w": (DIM,)}, lags=8)
     _train(meter, 2, momentum=0.0, updates=60)
     # Both groups start at version 0, whose gradients then land at two lags.
     assert meter.total_momentum() == pytest.approx(0.5, abs=0.05)
-    meter.reset()
-    assert math.isnan(meter.total_momentum())
 
 
 def test_coordinates_are_sampled_from_every_variable_by_size() -> None:
@@ -107,3 +110,23 @@ def test_a_new_layout_or_momentum_starts_a_new_measurement() -> None:
     assert coordinator.stats().total_momentum == pytest.approx(0.5, abs=0.05)
     coordinator.set_groups(2, {})
     assert math.isnan(coordinator.stats().total_momentum)
+
+
+def test_reading_while_updates_are_recorded_loses_none_of_them() -> None:
+    meter = MomentumMeter({"w": (DIM,)}, lags=lags_for(4, 0.0))
+    readings: list[float] = []
+    done = threading.Event()
+
+    def read() -> None:
+        while not done.is_set():
+            readings.append(meter.total_momentum())
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        _train(meter, 4, momentum=0.0, updates=300)
+    finally:
+        done.set()
+        reader.join(10)
+    assert readings
+    assert meter.total_momentum() == pytest.approx(0.75, abs=0.02)
