@@ -96,7 +96,8 @@ def run_seed(setup: Setup, seed: int, work: pathlib.Path) -> list[dict]:
             f"  {setup.dataset} seed {seed}, {trial['groups']} groups, learning rate {trial['learning_rate']}, "
             f"momentum {trial['momentum']:+.1f}: "
             f"loss {loss if loss is None else round(loss, 4)} after {trial['updates']} updates, "
-            f"total momentum measured {_rounded(trial['total_momentum'])}, mean staleness {_rounded(trial['mean_staleness'])}"
+            f"total momentum measured {_rounded(trial['total_momentum'])}, mean staleness {_rounded(trial['mean_staleness'])}, "
+            f"updates by group {trial['updates_by_group']}"
         )
     return trials
 
