@@ -21,7 +21,7 @@ the method and the discussion around them are kept) and the PNGs next to it. The
 line of stdout is one JSON object: `{"implicit_momentum_max_error": ..,
 "best_momentum_non_increasing": true|false, "tuned_async_over_sync_loss": ..,
 "he_prediction_error": ..}`. `--quick`: digits only, 4 workers, fewer updates, one seed,
-2 hosts fewer on the emulated cluster; a check that it runs, in a few minutes. The
+an emulated cluster of 4 hosts of half a core; a check that it runs, in a few minutes. The
 emulated cluster needs root; without it the fourth experiment is left out (null).
 
     .venv/bin/python benchmarks/science.py [--quick] [--out DIR]
@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
+from typing import Any
 
 import emulated_cluster
 
@@ -229,13 +230,8 @@ def plot_implicit(results: dict[Setup, list[dict]], path: pathlib.Path) -> None:
             means.append(statistics.fmean(values) if values else math.nan)
             spreads.append(statistics.stdev(values) if len(values) > 1 else 0.0)
         axis.errorbar(setup.groups, means, yerr=spreads, marker="o", capsize=3, label=f"measured, {setup.title}")
-    axis.set_xscale("log", base=2)
-    axis.set_xticks(all_groups, [str(g) for g in all_groups])
-    axis.set_xlabel("groups")
-    axis.set_ylabel("total momentum at explicit momentum 0")
+    _over_groups(axis, all_groups, "total momentum at explicit momentum 0")
     axis.set_title("Asynchrony's implicit momentum")
-    axis.grid(True, alpha=0.3)
-    axis.legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
@@ -264,15 +260,20 @@ def plot_grid(results: dict[Setup, list[dict]], path: pathlib.Path) -> None:
         axis.plot(groups, [best[g] for g in groups], marker="o", label="best explicit momentum")
         axis.plot(groups, [best[g] + implicit_momentum(g) for g in groups], marker="s", label="best explicit + (1 - 1/g)")
         axis.plot(groups, [measured_total_momentum(trials, g, best[g]) for g in groups], marker="^", label="total measured at the best")
-        axis.set_xscale("log", base=2)
-        axis.set_xticks(groups, [str(g) for g in groups])
-        axis.set_xlabel("groups")
-        axis.set_ylabel("momentum")
-        axis.grid(True, alpha=0.3)
-        axis.legend(fontsize=8)
+        _over_groups(axis, groups, "momentum")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
+
+
+def _over_groups(axis: Any, groups: Sequence[int], ylabel: str) -> None:
+    """The x axis of a plot over the numbers of groups, doubling at each tick."""
+    axis.set_xscale("log", base=2)
+    axis.set_xticks(groups, [str(g) for g in groups])
+    axis.set_xlabel("groups")
+    axis.set_ylabel(ylabel)
+    axis.grid(True, which="both", alpha=0.3)
+    axis.legend(fontsize=8)
 
 
 def plot_hardware(measured: dict[int, float], errors: dict[int, tuple[float, float]], path: pathlib.Path) -> None:
@@ -283,14 +284,9 @@ def plot_hardware(measured: dict[int, float], errors: dict[int, tuple[float, flo
     axis.plot(groups, [measured[g] for g in groups], marker="o", label="measured")
     axis.plot([1, 2], [measured[1], measured[2]], "s", markersize=10, fillstyle="none", label="the model's input")
     axis.plot(list(errors), [p for p, _ in errors.values()], "x", markersize=10, label="predicted from g = 1, 2")
-    axis.set_xscale("log", base=2)
     axis.set_yscale("log")
-    axis.set_xticks(groups, [str(g) for g in groups])
-    axis.set_xlabel("groups")
-    axis.set_ylabel("seconds per update")
+    _over_groups(axis, groups, "seconds per update")
     axis.set_title("Hardware efficiency, emulated cluster")
-    axis.grid(True, which="both", alpha=0.3)
-    axis.legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
