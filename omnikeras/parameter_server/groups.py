@@ -410,10 +410,9 @@ class GroupCoordinator:
         # Sampled before the combination, which reuses the gradients' buffers.
         examples = sum(c.example_count for c in contributions)
         gradients = [(c.computed_at, meter.sample(c.gradients), c.example_count / examples) for c in contributions]
-        before = meter.sample(self.model.weights)
         learning_rate = self.model.hyperparameters.learning_rate_at(self.model.iterations)
         self.model.apply(_weighted_mean(contributions), _weighted_magnitudes(contributions))
-        meter.record(self.model.version - 1, gradients, learning_rate, before, meter.sample(self.model.weights))
+        meter.record(self.model.version - 1, gradients, learning_rate, self.model.weights)
         self._updates[group] += 1
         self._staleness[group][staleness] += 1
         return PushResult(self.model.version, group, len(contributions))
@@ -421,8 +420,8 @@ class GroupCoordinator:
     def _momentum_meter(self) -> MomentumMeter:
         """The meter of the updates since the last change of layout, momentum or weights."""
         if self._meter is None:
-            shapes = {name: weight.shape for name, weight in self.model.weights.items()}
-            self._meter = MomentumMeter(shapes, lags=lags_for(self.num_groups, self.model.hyperparameters.momentum))
+            lags = lags_for(self.num_groups, self.model.hyperparameters.momentum)
+            self._meter = MomentumMeter(self.model.weights, lags=lags)
         return self._meter
 
     def _drop_missing(self, group: int, pending: _GroupStep) -> None:

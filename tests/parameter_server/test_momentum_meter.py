@@ -14,68 +14,70 @@ from omnikeras.parameter_server.update_rule import Hyperparameters
 DIM = 2000
 
 
-def _train(meter: MomentumMeter, groups: int, momentum: float, updates: int, take_turns: bool = True, seed: int = 0) -> None:
+def _train(
+    groups: int, momentum: float, updates: int, lags: int, take_turns: bool = True,
+    meter: "list[MomentumMeter] | None" = None,
+) -> MomentumMeter:
     """SGD with momentum on a noisy quadratic, `groups` groups each computing at the
-    version its own last update made, as the server sees them."""
-    rng = np.random.default_rng(seed)
+    version its own last update made, as the server sees them; returns the meter that
+    recorded it (also put in `meter`, for a reader that starts before)."""
+    rng = np.random.default_rng(0)
     curvature = rng.uniform(0.1, 1.0, DIM)
     x, velocity = rng.normal(size=DIM), np.zeros(DIM)
+    recorder = MomentumMeter({"w": x}, lags=lags)
+    if meter is not None:
+        meter.append(recorder)
     held, versions = [0] * groups, {0: x.copy()}
     for version in range(updates):
         group = version % groups if take_turns else int(rng.integers(groups))
         gradient = curvature * versions[held[group]] + rng.normal(size=DIM)
-        before = meter.sample({"w": x})
         velocity = momentum * velocity - 0.05 * gradient
         x = x + velocity
-        meter.record(version, [(held[group], meter.sample({"w": gradient}), 1.0)], 0.05, before, meter.sample({"w": x}))
+        recorder.record(version, [(held[group], recorder.sample({"w": gradient}), 1.0)], 0.05, {"w": x})
         versions[version + 1], held[group] = x.copy(), version + 1
+    return recorder
 
 
 @pytest.mark.parametrize("groups", [1, 2, 4, 8])
 def test_groups_taking_turns_bring_momentum_one_minus_one_over_g(groups: int) -> None:
-    meter = MomentumMeter({"w": (DIM,)}, lags=lags_for(groups, 0.0))
-    _train(meter, groups, momentum=0.0, updates=300)
+    meter = _train(groups, momentum=0.0, updates=300, lags=lags_for(groups, 0.0))
     assert meter.total_momentum() == pytest.approx(1 - 1 / groups, abs=0.02)
 
 
 @pytest.mark.parametrize("groups", [2, 4, 8])
 def test_groups_at_random_bring_about_the_same(groups: int) -> None:
-    meter = MomentumMeter({"w": (DIM,)}, lags=lags_for(groups, 0.0))
-    _train(meter, groups, momentum=0.0, updates=600, take_turns=False)
+    meter = _train(groups, momentum=0.0, updates=600, lags=lags_for(groups, 0.0), take_turns=False)
     assert meter.total_momentum() == pytest.approx(1 - 1 / groups, abs=0.1)
 
 
 @pytest.mark.parametrize("momentum", [-0.3, 0.3, 0.6])
 def test_synchronous_momentum_is_measured_as_itself(momentum: float) -> None:
-    meter = MomentumMeter({"w": (DIM,)}, lags=lags_for(1, momentum))
-    _train(meter, 1, momentum, updates=300)
+    meter = _train(1, momentum, updates=300, lags=lags_for(1, momentum))
     assert meter.total_momentum() == pytest.approx(momentum, abs=0.02)
 
 
 def test_explicit_and_implicit_momentum_add_up_in_mean_lag() -> None:
-    meter = MomentumMeter({"w": (DIM,)}, lags=lags_for(4, 0.5))
-    _train(meter, 4, momentum=0.5, updates=300)
+    meter = _train(4, momentum=0.5, updates=300, lags=lags_for(4, 0.5))
     # Mean lags add: 3 from the turns, 0.5 / 0.5 = 1 from the momentum.
     assert meter.total_momentum() == pytest.approx(4 / 5, abs=0.02)
 
 
 def test_nothing_is_measured_before_enough_updates() -> None:
-    meter = MomentumMeter({"w": (DIM,)}, lags=8)
-    assert math.isnan(meter.total_momentum())
+    assert math.isnan(MomentumMeter({"w": np.zeros(DIM)}).total_momentum())
     # An update is resolved 8 updates after it was applied.
-    _train(meter, 2, momentum=0.0, updates=8 + MIN_UPDATES - 1)
-    assert math.isnan(meter.total_momentum())
-    meter = MomentumMeter({"w": (DIM,)}, lags=8)
-    _train(meter, 2, momentum=0.0, updates=60)
+    assert math.isnan(_train(2, momentum=0.0, updates=8 + MIN_UPDATES - 1, lags=8).total_momentum())
+    meter = _train(2, momentum=0.0, updates=60, lags=8)
     # Both groups start at version 0, whose gradients then land at two lags.
     assert meter.total_momentum() == pytest.approx(0.5, abs=0.05)
 
 
-def test_coordinates_are_sampled_from_every_variable_by_size() -> None:
-    meter = MomentumMeter({"small": (10,), "large": (3, 1000)}, coordinates=500)
-    sampled = meter.sample({"small": np.zeros(10), "large": np.ones((3, 1000))})
-    assert sampled.shape == (500,)
-    assert 400 < sampled.sum() <= 500
+def test_coordinates_are_sampled_by_size_leaving_out_variables_of_a_handful() -> None:
+    weights = {"bias": np.zeros(10), "kernel": np.ones((3, 1000)), "other": np.full(300, 2.0)}
+    sampled = MomentumMeter(weights, coordinates=500).sample(weights)
+    # About 10/4310 of 500 for the bias: too few to be worth sampling on every update.
+    assert 450 < len(sampled) <= 500
+    assert set(np.unique(sampled)) == {1.0, 2.0}
+    assert len(MomentumMeter({"bias": np.zeros(10)}, coordinates=5).sample({"bias": np.zeros(10)})) == 5
 
 
 def test_the_server_reports_the_momentum_of_its_groups_and_forgets_it_on_restore() -> None:
@@ -113,18 +115,19 @@ def test_a_new_layout_or_momentum_starts_a_new_measurement() -> None:
 
 
 def test_reading_while_updates_are_recorded_loses_none_of_them() -> None:
-    meter = MomentumMeter({"w": (DIM,)}, lags=lags_for(4, 0.0))
+    meters: list[MomentumMeter] = []
     readings: list[float] = []
     done = threading.Event()
 
     def read() -> None:
         while not done.is_set():
-            readings.append(meter.total_momentum())
+            if meters:
+                readings.append(meters[0].total_momentum())
 
     reader = threading.Thread(target=read)
     reader.start()
     try:
-        _train(meter, 4, momentum=0.0, updates=300)
+        meter = _train(4, momentum=0.0, updates=300, lags=lags_for(4, 0.0), meter=meters)
     finally:
         done.set()
         reader.join(10)
