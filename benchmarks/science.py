@@ -79,7 +79,7 @@ def log(message: str) -> None:
 
 
 def run_seed(setup: Setup, seed: int, work: pathlib.Path) -> list[dict]:
-    """One launch: every (groups, momentum) trial of one seed."""
+    """One launch: every (groups, learning rate, momentum) trial of one seed."""
     command = [
         sys.executable, "-m", "omnikeras", "launch", "--workers", str(setup.workers), "--groups", "1", "--no-merge",
         "--log-dir", str(work / f"{setup.dataset}-seed-{seed}"), str(WORKER_SCRIPT),

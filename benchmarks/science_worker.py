@@ -1,14 +1,13 @@
 """The training script that `science.py` launches on every worker: one seed's trials.
 
 Launched with one group. Each number of groups starts with a short unrecorded trial, while
-the workers trace their step for their new share of the batch. Every trial starts from the
-same snapshot of the first weights,
-runs `--updates` updates with its number of groups, learning rate and explicit momentum,
-and is scored by the loss of its final weights on a fixed batch of
-training data. The chief drives the trials and prints one `TRIAL {json}` line for each:
-the loss, the updates, the total momentum the parameter server measured from the trial's
-updates, and the mean staleness it recorded. A trial whose loss stops being finite, or
-that runs past `--trial-seconds`, is recorded as diverged.
+the workers settle into the new layout. Every trial starts from the same snapshot of the
+first weights and runs `--updates` updates with its number of groups, learning rate and
+explicit momentum; the chief scores the server's weights at its last update by their loss
+on a fixed batch of training data, and prints one `TRIAL {json}` line for each trial: the
+loss, the updates, the total momentum the parameter server measured from the trial's
+updates, the mean staleness it recorded and each group's updates. A trial whose loss stops
+being finite, or that runs past `--trial-seconds`, is recorded as diverged.
 """
 
 import argparse
