@@ -82,6 +82,7 @@ def run_seed(setup: Setup, seed: int, work: pathlib.Path) -> list[dict]:
     """One launch: every (groups, learning rate, momentum) trial of one seed."""
     command = [
         sys.executable, "-m", "omnikeras", "launch", "--workers", str(setup.workers), "--groups", "1", "--no-merge",
+        "--measure-momentum",
         "--log-dir", str(work / f"{setup.dataset}-seed-{seed}"), str(WORKER_SCRIPT),
         "--dataset", setup.dataset, "--seed", str(seed), "--groups", ",".join(map(str, setup.groups)),
         f"--momenta={','.join(map(str, MOMENTA))}", "--updates", str(setup.updates),

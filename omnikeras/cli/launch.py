@@ -59,6 +59,10 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
         "--checkpoint-every", type=float, default=30.0,
         help="seconds between the servers' checkpoints, from which a restarted server resumes (default: %(default)s)",
     )
+    parser.add_argument(
+        "--measure-momentum", action="store_true",
+        help="the servers measure the total momentum of their updates (tens of microseconds per update)",
+    )
     parser.add_argument("--token", help="shared secret between servers and workers (on Ray, a random one by default)")
     parser.add_argument("--tls-cert", help="PEM certificate the parameter servers serve TLS with (with --tls-key)")
     parser.add_argument("--tls-key", help="PEM private key of --tls-cert")
@@ -81,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
             throughputs=args.throughputs,
             group_timeout=args.group_timeout,
             checkpoint_every=args.checkpoint_every,
+            measure_momentum=args.measure_momentum,
             token=args.token,
             log_dir=args.log_dir,
             seed=args.seed,

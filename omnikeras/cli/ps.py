@@ -39,6 +39,10 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
     )
     parser.add_argument("--tls-cert", help="PEM certificate to serve TLS with")
     parser.add_argument("--tls-key", help="PEM private key of --tls-cert")
+    parser.add_argument(
+        "--measure-momentum", action="store_true",
+        help="measure the total momentum of the updates (GetStats' total_momentum; tens of microseconds per update)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -58,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
             tls_cert=args.tls_cert,
             tls_key=args.tls_key,
             health_port=args.health_port,
+            measure_momentum=args.measure_momentum,
         )
     except ValueError as error:
         print(f"omnikeras ps: {error}", file=sys.stderr)

@@ -45,6 +45,7 @@ def launch(
     throughputs: Sequence[float] | None = None,
     group_timeout: float = 60.0,
     checkpoint_every: float = 30.0,
+    measure_momentum: bool = False,
     token: str | None = None,
     log_dir: str | os.PathLike[str] | None = None,
     seed: int = 0,
@@ -94,6 +95,9 @@ def launch(
         group_timeout: Seconds a group waits for a missing member. Defaults to 60.
         checkpoint_every: Seconds between the servers' checkpoints, which bound what a
             server's restart loses. Defaults to 30.
+        measure_momentum: The servers measure the total momentum of their updates
+            (`total_momentum` in their stats), at tens of microseconds per update.
+            Defaults to False.
         token: Shared secret between servers and workers; None (the default) uses none.
         log_dir: Directory for the logs; defaults to `runs/launch-<time>`.
         seed: Seed of the data shuffle shared by the workers. Defaults to 0.
@@ -144,7 +148,7 @@ def launch(
         try:
             return launch_on_ray(
                 script, script_args, workers, groups, ps_shards, throughputs, group_timeout, checkpoint_every,
-                token, run_dir, seed, merge, shared_memory, tls,
+                measure_momentum, token, run_dir, seed, merge, shared_memory, tls,
             )
         except KeyboardInterrupt:
             _say("interrupted: the Ray actors are stopped")
@@ -178,7 +182,7 @@ def launch(
             cluster = _Cluster(log_dir, token, emulation, tls)
             # Last in, first out: the processes stop before the namespace goes.
             stack.callback(cluster.stop_all)
-            addresses = cluster.start_servers(ps_shards, groups, group_timeout, checkpoint_every)
+            addresses = cluster.start_servers(ps_shards, groups, group_timeout, checkpoint_every, measure_momentum)
             for index in range(plan.num_workers):
                 config = WorkerConfig(
                     parameter_servers=tuple(addresses),
@@ -224,6 +228,14 @@ def _ray_launcher(ray: bool | str, profile: object, emulate: object, faults: Seq
     except ImportError as error:
         raise LaunchError(f"running on Ray needs Ray: pip install 'omnikeras[ray]' ({error})") from None
     return functools.partial(launch_on_ray, address, start_local)
+
+
+def server_args(groups: int, group_timeout: float, checkpoint_every: float, measure_momentum: bool) -> list[str]:
+    """The `omnikeras ps` options every launched server gets, locally and on Ray."""
+    return [
+        "--groups", str(groups), "--group-timeout", str(group_timeout), "--checkpoint-every", str(checkpoint_every),
+        *(["--measure-momentum"] if measure_momentum else []),
+    ]
 
 
 def _run_dir(log_dir: str | os.PathLike[str] | None) -> pathlib.Path:
@@ -325,13 +337,14 @@ class _Cluster:
         self._worker_starts: list[tuple[WorkerConfig, str, Sequence[str], dict[str, str], HostSpec | None]] = []
         self._restarts: dict[str, int] = {}
 
-    def start_servers(self, shards: int, groups: int, group_timeout: float, checkpoint_every: float) -> list[str]:
+    def start_servers(
+        self, shards: int, groups: int, group_timeout: float, checkpoint_every: float, measure_momentum: bool
+    ) -> list[str]:
         addresses = []
         for shard in range(shards):
             args = [
-                "--groups", str(groups), "--group-timeout", str(group_timeout),
+                *server_args(groups, group_timeout, checkpoint_every, measure_momentum),
                 "--checkpoint-dir", str(self.log_dir / f"ps-{shard}-checkpoints"),
-                "--checkpoint-every", str(checkpoint_every),
                 *(self.tls.server_args() if self.tls else []),
             ]
             server, address = self._start_server(shard, args, "w")

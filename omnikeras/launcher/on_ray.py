@@ -244,8 +244,10 @@ class RayCluster(launcher._Cluster):
             "scheduling_strategy": NodeAffinitySchedulingStrategy(slot.node_id, soft=True),
         }
 
-    def start_servers(self, shards: int, groups: int, group_timeout: float, checkpoint_every: float) -> list[str]:
-        args = ["--groups", str(groups), "--group-timeout", str(group_timeout), "--checkpoint-every", str(checkpoint_every)]
+    def start_servers(
+        self, shards: int, groups: int, group_timeout: float, checkpoint_every: float, measure_momentum: bool
+    ) -> list[str]:
+        args = launcher.server_args(groups, group_timeout, checkpoint_every, measure_momentum)
         actors = [
             self._server_actor.options(**self._options(f"ps-{shard}", slot, MAX_RESTARTS)).remote(
                 shard, args, str(self.log_dir / f"ps-{shard}-checkpoints"), str(self.log_dir / f"ps-{shard}.log"), self.token,
@@ -324,6 +326,7 @@ def launch_on_ray(
     throughputs: Sequence[float] | None,
     group_timeout: float,
     checkpoint_every: float,
+    measure_momentum: bool,
     token: str | None,
     log_dir: pathlib.Path,
     seed: int,
@@ -341,7 +344,7 @@ def launch_on_ray(
         token = token or secrets.token_urlsafe(32)
         cluster = RayCluster(log_dir.absolute(), token, plan, tls)
         try:
-            addresses = cluster.start_servers(ps_shards, groups, group_timeout, checkpoint_every)
+            addresses = cluster.start_servers(ps_shards, groups, group_timeout, checkpoint_every, measure_momentum)
             for index, environment in enumerate(plan.environments):
                 config = WorkerConfig(
                     parameter_servers=tuple(addresses),

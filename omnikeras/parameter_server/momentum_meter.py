@@ -37,8 +37,9 @@ import numpy as np
 
 # A few hundred coordinates pin down a few dozen shares. Sampling them and keeping the
 # samples is the meter's work per update, 20 to 30 microseconds here (the coordinator alone
-# applied about 20% fewer updates per second of the main job's CNN with it than without);
-# each update's least-squares solve waits until the measurement is read.
+# applied about 20% fewer updates per second of the main job's CNN with it than without,
+# hence a server measures only when asked); each update's least-squares solve waits until
+# the measurement is read.
 COORDINATES = 512
 MAX_LAGS = 64
 WINDOW = 256

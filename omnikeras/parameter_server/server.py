@@ -81,6 +81,7 @@ class ParameterServer:
         tls_cert: str | None = None,
         tls_key: str | None = None,
         health_port: int | None = None,
+        measure_momentum: bool = False,
     ) -> None:
         if (tls_cert is None) != (tls_key is None):
             raise ValueError("TLS needs both a certificate and a key")
@@ -89,7 +90,7 @@ class ParameterServer:
         self.host = host
         self.port = port
         self.coordinator = GroupCoordinator(
-            ModelState(hyperparameters or Hyperparameters()), num_groups, group_timeout
+            ModelState(hyperparameters or Hyperparameters()), num_groups, group_timeout, measure_momentum
         )
         self.checkpoints = CheckpointDirectory(checkpoint_dir) if checkpoint_dir else None
         self.checkpoint_every = checkpoint_every

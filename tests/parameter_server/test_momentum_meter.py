@@ -6,6 +6,7 @@ import threading
 import numpy as np
 import pytest
 
+from omnikeras.launcher.launcher import server_args
 from omnikeras.parameter_server.groups import GroupCoordinator
 from omnikeras.parameter_server.model_state import ModelState
 from omnikeras.parameter_server.momentum_meter import MIN_UPDATES, MomentumMeter, lags_for
@@ -81,7 +82,7 @@ def test_coordinates_are_sampled_by_size_leaving_out_variables_of_a_handful() ->
 
 
 def test_the_server_reports_the_momentum_of_its_groups_and_forgets_it_on_restore() -> None:
-    coordinator = GroupCoordinator(ModelState(Hyperparameters(0.05)), num_groups=4)
+    coordinator = GroupCoordinator(ModelState(Hyperparameters(0.05)), num_groups=4, measure_momentum=True)
     rng = np.random.default_rng(0)
     coordinator.initialize({"w": rng.normal(size=DIM).astype(np.float32)}, Hyperparameters(0.05))
     coordinator.save_snapshot("start")
@@ -98,7 +99,7 @@ def test_the_server_reports_the_momentum_of_its_groups_and_forgets_it_on_restore
 
 
 def test_a_new_layout_or_momentum_starts_a_new_measurement() -> None:
-    coordinator = GroupCoordinator(ModelState(Hyperparameters(0.05)), num_groups=1)
+    coordinator = GroupCoordinator(ModelState(Hyperparameters(0.05)), num_groups=1, measure_momentum=True)
     coordinator.initialize({"w": np.zeros(DIM, np.float32)}, Hyperparameters(0.05))
     worker = coordinator.register()[0]
     rng = np.random.default_rng(0)
@@ -133,3 +134,16 @@ def test_reading_while_updates_are_recorded_loses_none_of_them() -> None:
         reader.join(10)
     assert readings
     assert meter.total_momentum() == pytest.approx(0.75, abs=0.02)
+
+
+def test_the_server_measures_only_when_asked() -> None:
+    coordinator = GroupCoordinator(ModelState(Hyperparameters(0.05)), num_groups=1)
+    coordinator.initialize({"w": np.zeros(DIM, np.float32)}, Hyperparameters(0.05))
+    worker = coordinator.register()[0]
+    rng = np.random.default_rng(0)
+    for step in range(1, 61):
+        coordinator.push(worker, step, step - 1, 1, {"w": rng.normal(size=DIM).astype(np.float32)})
+    assert coordinator.model.version == 60
+    assert math.isnan(coordinator.stats().total_momentum)
+    assert "--measure-momentum" in server_args(1, 60.0, 30.0, measure_momentum=True)
+    assert "--measure-momentum" not in server_args(1, 60.0, 30.0, measure_momentum=False)
