@@ -39,7 +39,8 @@ from omnikeras.tuner.search import Config, OmnivoreSearch, Outcome, Phase, rank
 
 PHASE_SNAPSHOT = "omnivore-phase-start"
 BEST_SNAPSHOT = "omnivore-best-trial"
-# A trial whose probe loss ends above this multiple of where it started has diverged.
+# A trial whose probe loss ends, or whose running loss climbs, above this multiple of
+# the probe loss it started from has diverged.
 DIVERGENCE_FACTOR = 3.0
 # The chief's running loss reaches the pruner this often, in steps.
 REPORT_EVERY = 5
@@ -323,7 +324,14 @@ class Tuner:
             return
         steps = len(running.losses)
         if steps % REPORT_EVERY == 0:
-            running.trial.report(sum(running.losses[-REPORT_EVERY:]) / REPORT_EVERY, steps)
+            running_loss = sum(running.losses[-REPORT_EVERY:]) / REPORT_EVERY
+            if running_loss > DIVERGENCE_FACTOR * self._start_loss:
+                # Judged before the pruner: a blow-up it prunes must still count as one,
+                # or the search would go on to try larger rates and momenta.
+                running.diverged = True
+                self._end_trial(running, step)
+                return
+            running.trial.report(running_loss, steps)
             if running.trial.should_prune():
                 self._end_trial(running, step, pruned=True)
                 return

@@ -12,7 +12,7 @@ from omnikeras.tuner import records
 from omnikeras.tuner.records import PhaseRecord, TrialRecord
 from omnikeras.tuner.search import Config
 from omnikeras.tuner.study import open_study
-from omnikeras.tuner.tuning import BEST_SNAPSHOT, PHASE_SNAPSHOT, Step, Tuner, TuningSettings
+from omnikeras.tuner.tuning import BEST_SNAPSHOT, PHASE_SNAPSHOT, REPORT_EVERY, Step, Tuner, TuningSettings
 
 
 class SimulatedCluster:
@@ -99,6 +99,17 @@ def test_a_diverged_trial_never_wins_nor_lends_its_weights(tmp_path) -> None:
     assert chosen not in diverged
     # The weights that carried on are the best trial's, restored from its snapshot.
     assert BEST_SNAPSHOT in cluster.restored
+
+
+def test_a_blow_up_counts_as_diverged_at_its_first_report_even_where_the_pruner_prunes(tmp_path) -> None:
+    cluster = SimulatedCluster()
+    tuner = _tuner(cluster, tmp_path)
+    tuner.study.pruner = optuna.pruners.ThresholdPruner(upper=0.0)  # prunes every trial it is asked about
+    _train(tuner, cluster, 300)
+    trials = [(records.config_of(t.params), TrialRecord.read(t)) for t in tuner.study.trials]
+    diverged = [(config, record) for config, record in trials if record and record.diverged]
+    assert diverged and all(config.learning_rate >= 0.1 and record.steps == REPORT_EVERY for config, record in diverged)
+    assert all(record.pruned for config, record in trials if record and config.learning_rate < 0.1)
 
 
 def test_several_devices_are_timed_and_the_search_starts_where_more_groups_stop_paying(tmp_path) -> None:
