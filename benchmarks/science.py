@@ -51,8 +51,9 @@ START, END = "<!-- science results: start -->", "<!-- science results: end -->"
 
 @dataclasses.dataclass(frozen=True)
 class Setup:
-    """One model's experiment: its dataset, workers, numbers of groups, updates per
-    trial, learning rates (the first for experiments 1 and 2) and seeds."""
+    """One model's experiment: its dataset, workers (as many as the emulated cluster's
+    hosts), numbers of groups, updates per trial, learning rates (the first for
+    experiments 1 and 2) and seeds."""
 
     dataset: str
     title: str
@@ -64,11 +65,11 @@ class Setup:
 
 
 FULL = (
-    Setup("digits", "MLP on digits", 8, (1, 2, 4, 8), 150, (0.3, 1.0), (0, 1, 2)),
-    Setup("fashion_mnist", "main CNN on Fashion-MNIST", 8, (1, 2, 4, 8), 150, (0.05, 0.15), (0, 1, 2)),
+    Setup("digits", "MLP on digits", 8, (1, 2, 4, 8), 150, (0.3, 0.1, 1.0), (0, 1, 2)),
+    Setup("fashion_mnist", "main CNN on Fashion-MNIST", 8, (1, 2, 4, 8), 150, (0.05, 0.015, 0.15), (0, 1, 2)),
 )
 QUICK = (Setup("digits", "MLP on digits", 4, (1, 2, 4), 100, (0.3,), (0,)),)
-QUICK_HE_FIELDS = {"link": "1gbit", "hosts": [{"name": "half", "cpus": 0.5, "count": 4}]}
+QUICK_CLUSTER_FIELDS = {"link": "1gbit", "hosts": [{"name": "half", "cpus": 0.5, "count": 4}]}
 
 
 def log(message: str) -> None:
@@ -78,10 +79,18 @@ def log(message: str) -> None:
 # Running ---------------------------------------------------------------------------------
 
 
-def run_seed(setup: Setup, seed: int, work: pathlib.Path) -> list[dict]:
+def cluster_options(setup: Setup, emulated: str | None) -> list[str]:
+    """`omnikeras launch`'s options for the setup's workers: one per host of the emulated
+    cluster `emulated` (a spec's name or file), or processes on this host."""
+    if emulated is None:
+        return ["--workers", str(setup.workers), "--no-merge"]
+    return ["--emulate", emulated]
+
+
+def run_seed(setup: Setup, seed: int, work: pathlib.Path, emulated: str | None) -> list[dict]:
     """One launch: every (groups, learning rate, momentum) trial of one seed."""
     command = [
-        sys.executable, "-m", "omnikeras", "launch", "--workers", str(setup.workers), "--groups", "1", "--no-merge",
+        sys.executable, "-m", "omnikeras", "launch", *cluster_options(setup, emulated), "--groups", "1",
         "--measure-momentum",
         "--log-dir", str(work / f"{setup.dataset}-seed-{seed}"), str(WORKER_SCRIPT),
         "--dataset", setup.dataset, "--seed", str(seed), "--groups", ",".join(map(str, setup.groups)),
@@ -104,18 +113,24 @@ def run_seed(setup: Setup, seed: int, work: pathlib.Path) -> list[dict]:
     return trials
 
 
-def measure_hardware(quick: bool, work: pathlib.Path) -> dict[int, float] | None:
-    """Seconds per update on the emulated cluster at every number of groups, or None
-    where this machine cannot emulate."""
+def emulated_spec(quick: bool, work: pathlib.Path) -> str | None:
+    """The emulated cluster's spec (a name or a file) for the study, or None where this
+    machine cannot emulate."""
     spec_arg = "cpu-cluster-1gbit"
     if quick:
         spec_arg = str(work / "four-halves-1gbit.json")
-        pathlib.Path(spec_arg).write_text(json.dumps(QUICK_HE_FIELDS))
-    spec = ClusterSpec.load(spec_arg)
-    missing = missing_requirements(spec)
+        pathlib.Path(spec_arg).write_text(json.dumps(QUICK_CLUSTER_FIELDS))
+    missing = missing_requirements(ClusterSpec.load(spec_arg))
     if missing:
-        log(f"hardware model: left out, this machine cannot emulate ({'; '.join(missing)})")
+        log(f"this machine cannot emulate a cluster ({'; '.join(missing)}): trials run as processes on this host, "
+            "the hardware model is left out")
         return None
+    return spec_arg
+
+
+def measure_hardware(quick: bool, spec_arg: str, work: pathlib.Path) -> dict[int, float]:
+    """Seconds per update on the emulated cluster at every number of groups."""
+    spec = ClusterSpec.load(spec_arg)
     warmup, seconds = (2.0, 4.0) if quick else (10.0, 20.0)
     hosts = len(spec.hosts)
     measured = {}
@@ -293,10 +308,10 @@ def plot_hardware(measured: dict[int, float], errors: dict[int, tuple[float, flo
     plt.close(figure)
 
 
-def results_markdown(results: dict[Setup, list[dict]], measured: dict[int, float] | None, figures: dict) -> str:
-    """The results section: `results` holds every trial of each setup."""
+def results_markdown(results: dict[Setup, list[dict]], measured: dict[int, float] | None, figures: dict, where: str) -> str:
+    """The results section: `results` holds every trial of each setup, run `where`."""
     base = {setup: at_rate(trials, setup.learning_rates[0]) for setup, trials in results.items()}
-    lines = [START, "", "### Implicit momentum (experiment 1)", "",
+    lines = [START, "", f"Every trial ran {where}.", "", "### Implicit momentum (experiment 1)", "",
              "| model | g | 1 - 1/g | total momentum measured (mean over seeds) | from the staleness |",
              "|---|---|---|---|---|"]
     for setup, trials in base.items():
@@ -328,7 +343,7 @@ def results_markdown(results: dict[Setup, list[dict]], measured: dict[int, float
     for setup, trials in results.items():
         tuned, ratios = best_tuned(trials), tuned_over_sync(trials)
         lines += [f"{setup.title}: the best mean loss after {setup.updates} updates over learning rates "
-                  f"{', '.join(map(str, setup.learning_rates))} and every momentum", "",
+                  f"{', '.join(map(str, sorted(setup.learning_rates)))} and every momentum", "",
                   "| g | learning rate | momentum | loss | over the synchronous |", "|---|---|---|---|---|"]
         for g in setup.groups:
             rate, momentum, loss = tuned[g]
@@ -368,15 +383,20 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as directory:
         work = pathlib.Path(directory)
+        emulated = emulated_spec(args.quick, work)
         results: dict[Setup, list[dict]] = {}
         for setup in setups:
             log(
-                f"{setup.title}: {setup.workers} workers, groups {setup.groups}, learning rates {setup.learning_rates}, "
-                f"momenta {MOMENTA}, {setup.updates} updates per trial"
+                f"{setup.title}: {setup.workers} workers ({'a host each of ' + emulated if emulated else 'on this host'}), "
+                f"groups {setup.groups}, learning rates {setup.learning_rates}, momenta {MOMENTA}, "
+                f"{setup.updates} updates per trial"
             )
-            results[setup] = [trial for seed in setup.seeds for trial in run_seed(setup, seed, work)]
-        log("hardware model: seconds per update on the emulated cluster")
-        measured = measure_hardware(args.quick, work)
+            results[setup] = [trial for seed in setup.seeds for trial in run_seed(setup, seed, work, emulated)]
+        emulated_name = ClusterSpec.load(emulated).name if emulated else None
+        measured = None
+        if emulated:
+            log("hardware model: seconds per update on the emulated cluster")
+            measured = measure_hardware(args.quick, emulated, work)
     base = {setup: at_rate(trials, setup.learning_rates[0]) for setup, trials in results.items()}
     implicit_errors = [e for trials in base.values() for e in implicit_momentum_errors(trials).values()]
     best = {setup: best_momenta(trials) for setup, trials in base.items()}
@@ -392,7 +412,8 @@ def main() -> int:
     plot_grid(base, args.out / "science_momentum.png")
     if measured:
         plot_hardware(measured, he_errors(measured), args.out / "science_hardware.png")
-    write_page(args.out / "science.md", results_markdown(results, measured, figures))
+    where = f"on the emulated cluster {emulated_name}, one worker per host" if emulated_name else "as processes on one host"
+    write_page(args.out / "science.md", results_markdown(results, measured, figures, where))
     log(f"results written to {args.out / 'science.md'}")
     print(json.dumps(figures))
     return 0
