@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from omnikeras.emulation import ClusterSpec, missing_requirements
+
 BENCHMARKS = pathlib.Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 import science  # noqa: E402
@@ -80,3 +82,13 @@ def test_quick_study_runs_through_launched_clusters_and_writes_its_page(tmp_path
     assert (tmp_path / "science_momentum.png").stat().st_size > 0
     # Every trial of the quick grid made it into the table: one row per number of groups.
     assert page.count("| 1 | ") >= 1 and page.count("| 4 | ") >= 1
+    emulable = not missing_requirements(ClusterSpec.from_dict("four-halves-1gbit", science.QUICK_CLUSTER_FIELDS))
+    where = "on the emulated cluster four-halves-1gbit, one worker per host" if emulable else "as processes on one host"
+    assert f"Every trial ran {where}." in page
+    assert (figures["he_prediction_error"] is not None) == emulable
+
+
+def test_trials_run_a_worker_per_emulated_host_or_processes_on_this_host() -> None:
+    setup = science.QUICK[0]
+    assert science.cluster_options(setup, "four-halves.json") == ["--emulate", "four-halves.json"]
+    assert science.cluster_options(setup, None) == ["--workers", "4", "--no-merge"]
