@@ -132,6 +132,10 @@ def dataset_of(shares: Callable[[], Iterator[Any]], element_spec: Any) -> tf.dat
     dataset = tf.data.Dataset.from_generator(shares, output_signature=element_spec)
     options = tf.data.Options()
     options.experimental_optimization.inject_prefetch = False
+    # Nothing here to tune, and the tuning thread is what an iterator's end waits for: at
+    # the end of every pass, on a busy core, a worker stopped there for seconds, and its
+    # group with it.
+    options.autotune.enabled = False
     return dataset.with_options(options)
 
 

@@ -104,6 +104,15 @@ def test_the_dataset_asks_for_each_share_only_when_a_step_needs_it() -> None:
     assert asked == [0], "nothing read ahead: the next batch is known only after the reply"
 
 
+def test_the_dataset_starts_no_tuning_thread_for_an_iterator_s_end_to_wait_for() -> None:
+    # With tf.data's autotuning on, deleting a pass's iterator waited for its tuning
+    # thread: on a quarter-core emulated host, a worker stopped there for seconds at the
+    # end of a pass, and its group with it.
+    dataset = data.dataset_of(lambda: iter([np.zeros(2)]), tf.TensorSpec((None,), tf.float64))
+    assert dataset.options().autotune.enabled is False
+    assert dataset.options().experimental_optimization.inject_prefetch is False
+
+
 def test_validation_split_takes_the_last_rows() -> None:
     x, y = np.arange(10), np.arange(10) * 2
     (xt, yt, sw), (xv, yv) = data.split_validation(x, y, None, 0.3)
