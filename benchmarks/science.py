@@ -1,8 +1,9 @@
 """Does omnikeras' method do what the Omnivore paper and "Asynchrony begets momentum" say?
 
 Four experiments, on the main job's CNN on Fashion-MNIST and a small MLP on digits, each
-through the real parts (`omnikeras launch`: a parameter server and one process per
-worker; the emulated cluster for the fourth):
+through the real parts (`omnikeras launch --emulate cpu-cluster-1gbit`: a parameter server
+and a worker process on each of 8 emulated hosts of a quarter core, which take turns as the
+papers' groups do):
 
 1. Implicit momentum: with explicit momentum 0, the total momentum the parameter server
    measures from its updates (`total_momentum` in its stats) against 1 - 1/g, for g
@@ -22,7 +23,8 @@ line of stdout is one JSON object: `{"implicit_momentum_max_error": ..,
 "best_momentum_non_increasing": true|false, "tuned_async_over_sync_loss": ..,
 "he_prediction_error": ..}`. `--quick`: digits only, 4 workers, fewer updates, one seed,
 an emulated cluster of 4 hosts of half a core; a check that it runs, in a few minutes. The
-emulated cluster needs root; without it the fourth experiment is left out (null).
+emulated cluster needs root; without it the trials run as processes on this host (where
+groups do not take turns evenly) and the fourth experiment is left out (null).
 
     .venv/bin/python benchmarks/science.py [--quick] [--out DIR]
 """
