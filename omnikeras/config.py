@@ -43,6 +43,10 @@ class WorkerConfig:
         rejoining: This worker replaces one of its index that died: it joins training
             under way without waiting for the others, or ends at once if the chief has
             ended it. Defaults to False.
+        compensate_asynchrony: With more than one group, the servers steer the momentum
+            and learning rate in force so that the updates' total momentum and effective
+            step are the compiled ones (or the tuner's). Defaults to True; False applies
+            the compiled momentum and rate as they are.
     """
 
     parameter_servers: tuple[str, ...]
@@ -56,6 +60,7 @@ class WorkerConfig:
     finish_timeout: float = 300.0
     shared_memory: bool = True
     rejoining: bool = False
+    compensate_asynchrony: bool = True
 
     def __post_init__(self) -> None:
         if not self.parameter_servers:

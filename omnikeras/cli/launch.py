@@ -63,6 +63,11 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
         "--measure-momentum", action="store_true",
         help="the servers measure the total momentum of their updates (tens of microseconds per update)",
     )
+    parser.add_argument(
+        "--no-compensation", dest="compensate_asynchrony", action="store_false",
+        help="apply the compiled momentum and learning rate as they are with several groups, instead of "
+        "compensating the momentum and step that asynchrony changes",
+    )
     parser.add_argument("--token", help="shared secret between servers and workers (on Ray, a random one by default)")
     parser.add_argument("--tls-cert", help="PEM certificate the parameter servers serve TLS with (with --tls-key)")
     parser.add_argument("--tls-key", help="PEM private key of --tls-cert")
@@ -86,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
             group_timeout=args.group_timeout,
             checkpoint_every=args.checkpoint_every,
             measure_momentum=args.measure_momentum,
+            compensate_asynchrony=args.compensate_asynchrony,
             token=args.token,
             log_dir=args.log_dir,
             seed=args.seed,

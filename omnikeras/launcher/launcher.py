@@ -46,6 +46,7 @@ def launch(
     group_timeout: float = 60.0,
     checkpoint_every: float = 30.0,
     measure_momentum: bool = False,
+    compensate_asynchrony: bool = True,
     token: str | None = None,
     log_dir: str | os.PathLike[str] | None = None,
     seed: int = 0,
@@ -98,6 +99,10 @@ def launch(
         measure_momentum: The servers measure the total momentum of their updates
             (`total_momentum` in their stats), at tens of microseconds per update.
             Defaults to False.
+        compensate_asynchrony: With more than one group, the servers steer the momentum
+            and learning rate in force so that the updates' total momentum and effective
+            step are the compiled ones (see `GroupedAsyncStrategy`). Defaults to True;
+            False applies the compiled settings as they are.
         token: Shared secret between servers and workers; None (the default) uses none.
         log_dir: Directory for the logs; defaults to `runs/launch-<time>`.
         seed: Seed of the data shuffle shared by the workers. Defaults to 0.
@@ -148,7 +153,7 @@ def launch(
         try:
             return launch_on_ray(
                 script, script_args, workers, groups, ps_shards, throughputs, group_timeout, checkpoint_every,
-                measure_momentum, token, run_dir, seed, merge, shared_memory, tls,
+                measure_momentum, compensate_asynchrony, token, run_dir, seed, merge, shared_memory, tls,
             )
         except KeyboardInterrupt:
             _say("interrupted: the Ray actors are stopped")
@@ -194,6 +199,7 @@ def launch(
                     seed=seed,
                     # Emulated hosts are apart: they reach the servers through the link.
                     shared_memory=shared_memory and emulation is None,
+                    compensate_asynchrony=compensate_asynchrony,
                 )
                 host = spec.hosts[index] if spec is not None else None
                 cluster.start_worker(config, script, script_args, plan.environments[index], host)

@@ -327,6 +327,7 @@ def launch_on_ray(
     group_timeout: float,
     checkpoint_every: float,
     measure_momentum: bool,
+    compensate_asynchrony: bool,
     token: str | None,
     log_dir: pathlib.Path,
     seed: int,
@@ -354,6 +355,7 @@ def launch_on_ray(
                     token=token,
                     seed=seed,
                     shared_memory=shared_memory,
+                    compensate_asynchrony=compensate_asynchrony,
                 )
                 cluster.start_worker(config, os.path.abspath(script), script_args, environment)
             return cluster.watch()

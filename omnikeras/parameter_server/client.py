@@ -169,7 +169,12 @@ class ParameterServerClient:
         return self._merge(self._each(fetch))
 
     def push(
-        self, gradients: Mapping[str, np.ndarray], step: int, example_count: int, batch: int | None = None
+        self,
+        gradients: Mapping[str, np.ndarray],
+        step: int,
+        example_count: int,
+        batch: int | None = None,
+        loss: float | None = None,
     ) -> PushResult:
         """Pushes one gradient and waits until its group step is applied.
 
@@ -181,16 +186,23 @@ class ParameterServerClient:
             example_count: Examples behind the gradient; its weight in the group's mean.
             batch: The batch the gradient was computed on, as the server handed it out
                 (`PushResult.next_batch`), or None when the caller reads its own.
+            loss: The training loss of those examples, or None when the caller does not
+                know it.
         """
 
         def send(index: int, shard: ShardConnection) -> PushResult:
-            requests = self._push_requests(index, gradients, step, example_count, batch)
+            requests = self._push_requests(index, gradients, step, example_count, batch, loss)
             return self._result(index, shard.call(lambda: shard.tensor_stub.Push(requests(), timeout=self.timeout, metadata=shard.metadata)))
 
         return self._each(send)[0]
 
     def push_pull(
-        self, gradients: Mapping[str, np.ndarray], step: int, example_count: int, batch: int | None = None
+        self,
+        gradients: Mapping[str, np.ndarray],
+        step: int,
+        example_count: int,
+        batch: int | None = None,
+        loss: float | None = None,
     ) -> tuple[PushResult, PullResult]:
         """`push`, then the weights its group step produced, in one round trip.
 
@@ -204,7 +216,7 @@ class ParameterServerClient:
         def send(index: int, shard: ShardConnection) -> tuple[PushResult, int, dict[str, np.ndarray]]:
             channel = channels[index]
             if channel is not None:
-                header = self._push_header(index, step, example_count, batch)
+                header = self._push_header(index, step, example_count, batch, loss)
                 mine = self._shard_part(index, gradients)
                 try:
                     push, version, weights = channel.push_pull(mine, header)
@@ -212,7 +224,7 @@ class ParameterServerClient:
                 except OSError:
                     # The shard went away (a restart, say): gRPC retries until it is back.
                     broken.append(shard.address)
-            requests = self._push_requests(index, gradients, step, example_count, batch)
+            requests = self._push_requests(index, gradients, step, example_count, batch, loss)
 
             def attempt() -> tuple[PushResult, int, dict[str, np.ndarray]]:
                 header, version, weights = _read_weights(
@@ -329,9 +341,15 @@ class ParameterServerClient:
     # Internals ----------------------------------------------------------------------------
 
     def _push_requests(
-        self, index: int, gradients: Mapping[str, np.ndarray], step: int, example_count: int, batch: int | None
+        self,
+        index: int,
+        gradients: Mapping[str, np.ndarray],
+        step: int,
+        example_count: int,
+        batch: int | None,
+        loss: float | None = None,
     ) -> Callable[[], Iterator[pb.PushRequest | bytes]]:
-        header = self._push_header(index, step, example_count, batch)
+        header = self._push_header(index, step, example_count, batch, loss)
         mine = self._shard_part(index, gradients)
 
         def requests() -> Iterator[pb.PushRequest | bytes]:
@@ -340,7 +358,9 @@ class ParameterServerClient:
 
         return requests
 
-    def _push_header(self, index: int, step: int, example_count: int, batch: int | None) -> pb.PushHeader:
+    def _push_header(
+        self, index: int, step: int, example_count: int, batch: int | None, loss: float | None = None
+    ) -> pb.PushHeader:
         header = pb.PushHeader(
             worker_id=self._worker_id(),
             step=step,
@@ -352,6 +372,8 @@ class ParameterServerClient:
         # in their own order.
         if batch is not None and index == 0:
             header.batch = batch
+        if loss is not None:
+            header.loss = loss
         return header
 
     def _shard_part(self, index: int, gradients: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

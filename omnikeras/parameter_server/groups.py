@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from omnikeras.parameter_server import parallel
+from omnikeras.parameter_server.compensation import AsynchronyCompensation, InForce
 from omnikeras.parameter_server.errors import (
     Aborted,
     Dropped,
@@ -58,6 +59,8 @@ class _Contribution:
     computed_at: int
     # Each gradient's sum of magnitudes, when the caller measured it.
     magnitudes: Mapping[str, float] | None = None
+    # The training loss of its examples, when the worker knows it.
+    loss: float | None = None
 
 
 @dataclass
@@ -114,6 +117,7 @@ class GroupCoordinator:
         self.measure_momentum = measure_momentum
         # Made at the first update after a change of layout, momentum or weights.
         self._meter: MomentumMeter | None = None
+        self._compensation = AsynchronyCompensation(num_groups)
         # Batches handed out so far, and the one each group reads at its current step,
         # with the members that share it.
         self._batches_handed_out = 0
@@ -198,6 +202,7 @@ class GroupCoordinator:
             self._batch_of_group.clear()
             self._layout_version += 1
             self._meter = None
+            self._compensation.regroup(num_groups)
             return num_groups, {w: worker.group for w, worker in self._workers.items()}, flushed
 
     # Model --------------------------------------------------------------------------------
@@ -284,6 +289,7 @@ class GroupCoordinator:
         batch: int | None = None,
         known_layout: int = 0,
         magnitudes: Mapping[str, float] | None = None,
+        loss: float | None = None,
     ) -> PushResult:
         """Adds one member's gradient to its group step and waits until that step is applied.
 
@@ -293,7 +299,8 @@ class GroupCoordinator:
         The result carries the group layout when it changed since `known_layout`, the
         layout version the pusher last saw. `magnitudes`, each gradient's sum of
         magnitudes as the caller's finiteness check measured it, spare the update guard a
-        pass over the gradients (see `ModelState.apply`).
+        pass over the gradients (see `ModelState.apply`). `loss`, the training loss of the
+        gradient's examples, guards the step of compensated asynchrony.
         """
         if example_count <= 0:
             raise InvalidArgument(f"example_count must be positive, got {example_count}")
@@ -315,7 +322,7 @@ class GroupCoordinator:
             if step <= worker.last_step:
                 return self._reply(known_layout, self._duplicate(worker_id, worker, step, caller_gone))
             group = worker.group
-            contribution = _Contribution(gradients, example_count, computed_at, magnitudes)
+            contribution = _Contribution(gradients, example_count, computed_at, magnitudes, loss)
             worker.last_step = step
             if batch is not None and batch != self._batch(group)[0]:
                 try:
@@ -409,23 +416,49 @@ class GroupCoordinator:
         self._cond.notify_all()
 
     def _apply(self, group: int, contributions: list[_Contribution]) -> PushResult:
-        staleness = self.model.version - min(c.computed_at for c in contributions)
+        version = self.model.version
+        staleness = version - min(c.computed_at for c in contributions)
+        examples = sum(c.example_count for c in contributions) or 1
+        rule = self._rule_in_force()
+        kept = [self._kept(version - c.computed_at) for c in contributions]
         if self.measure_momentum:
-            self._apply_measured(contributions)
+            self._apply_measured(contributions, rule, kept)
         else:
-            self.model.apply(_weighted_mean(contributions), _weighted_magnitudes(contributions))
+            self.model.apply(
+                _weighted_mean(contributions, kept), _weighted_magnitudes(contributions), rule.learning_rate, rule.momentum
+            )
+        # Each gradient's own staleness, by its share: the lag at which its weight lands.
+        self._compensation.record(
+            sum(c.example_count * (version - c.computed_at) for c in contributions) / examples,
+            _weighted_loss(contributions),
+        )
         self._updates[group] += 1
         self._staleness[group][staleness] += 1
         return PushResult(self.model.version, group, len(contributions))
 
-    def _apply_measured(self, contributions: list[_Contribution]) -> None:
+    def _rule_in_force(self) -> InForce:
+        """The learning rate and momentum the next update applies."""
+        rule = self.model.hyperparameters
+        learning_rate = rule.learning_rate_at(self.model.iterations)
+        if not rule.compensate_asynchrony:
+            return InForce(learning_rate, rule.momentum, self._compensation.implicit_momentum)
+        return self._compensation.in_force(learning_rate, rule.momentum)
+
+    def _kept(self, staleness: int) -> float:
+        """The share of its weight a gradient `staleness` updates old keeps."""
+        if not self.model.hyperparameters.compensate_asynchrony:
+            return 1.0
+        return self._compensation.weight_of(staleness)
+
+    def _apply_measured(self, contributions: list[_Contribution], rule: InForce, kept: list[float]) -> None:
         meter = self._momentum_meter()
         # Sampled before the combination, which reuses the gradients' buffers.
         examples = sum(c.example_count for c in contributions)
         gradients = [(c.computed_at, meter.sample(c.gradients), c.example_count / examples) for c in contributions]
-        learning_rate = self.model.hyperparameters.learning_rate_at(self.model.iterations)
-        self.model.apply(_weighted_mean(contributions), _weighted_magnitudes(contributions))
-        meter.record(self.model.version - 1, gradients, learning_rate, self.model.weights)
+        self.model.apply(
+            _weighted_mean(contributions, kept), _weighted_magnitudes(contributions), rule.learning_rate, rule.momentum
+        )
+        meter.record(self.model.version - 1, gradients, rule.learning_rate, self.model.weights)
 
     def _momentum_meter(self) -> MomentumMeter:
         """The meter of the updates since the last change of layout, momentum or weights."""
@@ -509,6 +542,7 @@ class GroupCoordinator:
             )
             self._restored_at = self.model.version
             self._meter = None
+            self._compensation.weights_replaced()
             return self.model.version
 
     # Stats and checkpoints ----------------------------------------------------------------
@@ -538,9 +572,21 @@ class GroupCoordinator:
                     for g in range(self.num_groups)
                 ),
                 mean_apply_seconds=self.model.apply_seconds_total / max(updates_applied, 1),
+                **self._compensation_stats(),
             )
         # The meter resolves its updates as it is read: off the lock that every update takes.
         return dataclasses.replace(stats, total_momentum=meter.total_momentum() if meter is not None else math.nan)
+
+    def _compensation_stats(self) -> dict:
+        if not self.model.initialized:
+            return {}
+        rule = self._rule_in_force()
+        return {
+            "momentum_in_force": rule.momentum,
+            "learning_rate_in_force": rule.learning_rate,
+            "implicit_momentum": rule.implicit_momentum,
+            "step_backoffs": self._compensation.backoffs,
+        }
 
     def _batch_stats(self, group: int, occupied: set[int]) -> dict:
         if group not in occupied:
@@ -570,6 +616,7 @@ class GroupCoordinator:
     def restore(self, state: ServerState) -> None:
         with self._cond:
             self._meter = None
+            self._compensation = AsynchronyCompensation(state.num_groups)
             self.model.initialize(state.weights, state.version, state.velocities)
             self.model.iterations = state.iterations
             self.model.hyperparameters = state.hyperparameters
@@ -600,17 +647,27 @@ def _weighted_magnitudes(contributions: list[_Contribution]) -> dict[str, float]
     }
 
 
-def _weighted_mean(contributions: list[_Contribution]) -> dict[str, np.ndarray]:
-    """Mean of the members' gradients weighted by example count, built in the first
-    member's buffers (they are consumed)."""
-    if len(contributions) == 1:
-        return contributions[0].gradients
+def _weighted_loss(contributions: list[_Contribution]) -> float | None:
+    """The members' losses weighted by example count, None unless every member sent one."""
+    losses = [c.loss for c in contributions]
+    if None in losses:
+        return None
+    counts = [c.example_count for c in contributions]
+    return sum(count * loss for count, loss in zip(counts, losses) if loss is not None) / sum(counts)
+
+
+def _weighted_mean(contributions: list[_Contribution], kept: list[float]) -> dict[str, np.ndarray]:
+    """Mean of the members' gradients weighted by example count, each scaled by the share
+    of its weight it `kept`, built in the first member's buffers (they are consumed)."""
     total = sum(c.example_count for c in contributions)
+    shares = [c.example_count / total * share for c, share in zip(contributions, kept)]
     combined = contributions[0].gradients
+    if shares == [1.0]:
+        return combined
     for name, array in combined.items():
-        array *= array.dtype.type(contributions[0].example_count / total)
-        for other in contributions[1:]:
+        array *= array.dtype.type(shares[0])
+        for other, share in zip(contributions[1:], shares[1:]):
             scratch = other.gradients[name]
-            scratch *= scratch.dtype.type(other.example_count / total)
+            scratch *= scratch.dtype.type(share)
             array += scratch
     return combined

@@ -68,27 +68,37 @@ class ModelState:
         if not self.initialized:
             raise FailedPrecondition("the model is not initialised yet: call InitModel first")
 
-    def apply(self, gradients: Mapping[str, np.ndarray], magnitudes: Mapping[str, float] | None = None) -> None:
+    def apply(
+        self,
+        gradients: Mapping[str, np.ndarray],
+        magnitudes: Mapping[str, float] | None = None,
+        learning_rate: float | None = None,
+        momentum: float | None = None,
+    ) -> None:
         """Applies one update; the gradient arrays are consumed as scratch space.
 
         `magnitudes` bound each gradient's largest magnitude (sums of magnitudes, as the
         server's finiteness check measures them); without them, they are measured here.
-        Raises `NonFinite`, with nothing changed, when the update would make a weight or
-        momentum buffer NaN or Inf.
+        `learning_rate` and `momentum` replace the rule's (compensated asynchrony); None
+        applies the rule's. Raises `NonFinite`, with nothing changed, when the update would
+        make a weight or momentum buffer NaN or Inf.
         """
         started = time.perf_counter()
         rule = self.hyperparameters
-        learning_rate = rule.learning_rate_at(self.iterations)
+        if learning_rate is None:
+            learning_rate = rule.learning_rate_at(self.iterations)
+        if momentum is None:
+            momentum = rule.momentum
         if magnitudes is None:
             magnitudes = {name: tensors.abs_sum(gradient) for name, gradient in gradients.items()}
-        bounds = {name: self._bounds_after(name, magnitudes[name], learning_rate) for name in gradients}
+        bounds = {name: self._bounds_after(name, magnitudes[name], learning_rate, momentum) for name in gradients}
         near_limit = [name for name, bound in bounds.items() if not bound.within(self.weights[name].dtype)]
         for name in near_limit:
             # The carried bounds only ever grow: measured afresh, they may be far lower.
             self._bounds[name] = _Bounds.exact(self.weights[name], self.velocities.get(name))
-            bounds[name] = self._bounds_after(name, magnitudes[name], learning_rate)
+            bounds[name] = self._bounds_after(name, magnitudes[name], learning_rate, momentum)
         tried = {
-            name: self._try_update(name, gradients[name], learning_rate)
+            name: self._try_update(name, gradients[name], learning_rate, momentum)
             for name in near_limit
             if not bounds[name].within(self.weights[name].dtype)
         }
@@ -101,7 +111,9 @@ class ModelState:
                 np.copyto(weight, updated)
                 bounds[name] = _Bounds.exact(updated, velocity)
             else:
-                velocity = self._update(name, weight, self.velocities.get(name), gradients[name], learning_rate)
+                velocity = self._update(
+                    name, weight, self.velocities.get(name), gradients[name], learning_rate, momentum
+                )
             if velocity is not None:
                 self.velocities[name] = velocity
         self._bounds = bounds
@@ -110,7 +122,13 @@ class ModelState:
         self.apply_seconds_total += time.perf_counter() - started
 
     def _update(
-        self, name: str, weight: np.ndarray, velocity: np.ndarray | None, gradient: np.ndarray, learning_rate: float
+        self,
+        name: str,
+        weight: np.ndarray,
+        velocity: np.ndarray | None,
+        gradient: np.ndarray,
+        learning_rate: float,
+        momentum: float,
     ) -> np.ndarray | None:
         """Updates `weight` and `velocity` in place; returns the momentum buffer, created
         when the rule first needs one."""
@@ -118,15 +136,15 @@ class ModelState:
         if name in rule.statistics:
             weight += gradient
             return velocity
-        if velocity is None and rule.momentum != 0:
+        if velocity is None and momentum != 0:
             velocity = np.zeros_like(weight)
         if rule.decays(name):
             apply_weight_decay(weight, learning_rate * rule.weight_decay)
-        apply_update(weight, velocity, gradient, learning_rate, rule.momentum, rule.nesterov)
+        apply_update(weight, velocity, gradient, learning_rate, momentum, rule.nesterov)
         return velocity
 
     def _try_update(
-        self, name: str, gradient: np.ndarray, learning_rate: float
+        self, name: str, gradient: np.ndarray, learning_rate: float, momentum: float
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """The updated weight and momentum buffer of `name`, computed on copies; raises
         `NonFinite` if either holds NaN or Inf."""
@@ -134,14 +152,14 @@ class ModelState:
         velocity = self.velocities.get(name)
         with np.errstate(over="ignore", invalid="ignore"):
             velocity = self._update(
-                name, weight, velocity.copy() if velocity is not None else None, gradient, learning_rate
+                name, weight, velocity.copy() if velocity is not None else None, gradient, learning_rate, momentum
             )
         for array in (weight, velocity):
             if array is not None and not np.isfinite(array).all():
                 raise NonFinite("update of", name)
         return weight, velocity
 
-    def _bounds_after(self, name: str, change: float, learning_rate: float) -> "_Bounds":
+    def _bounds_after(self, name: str, change: float, learning_rate: float, momentum: float) -> "_Bounds":
         """Bounds on `name`'s largest magnitudes once a gradient whose magnitudes are
         bounded by `change` is applied."""
         if name not in self._bounds:
@@ -152,11 +170,11 @@ class ModelState:
             return _Bounds(before.weight + change, before.velocity)
         step = learning_rate * change
         decayed = before.weight * (abs(1 - learning_rate * rule.weight_decay) if rule.decays(name) else 1.0)
-        if name not in self.velocities and rule.momentum == 0:
+        if name not in self.velocities and momentum == 0:
             return _Bounds(decayed + step, 0.0)
-        velocity = abs(rule.momentum) * before.velocity + step
+        velocity = abs(momentum) * before.velocity + step
         if rule.nesterov:
-            return _Bounds(decayed + abs(rule.momentum) * velocity + step, velocity)
+            return _Bounds(decayed + abs(momentum) * velocity + step, velocity)
         return _Bounds(decayed + velocity, velocity)
 
     def weight_chunks(self) -> "_EncodedWeights":

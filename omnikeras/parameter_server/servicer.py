@@ -222,6 +222,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
             batch=header.batch if header.HasField("batch") else None,
             known_layout=header.known_layout_version,
             magnitudes=magnitudes,
+            loss=header.loss if header.HasField("loss") else None,
         )
 
 

@@ -161,6 +161,7 @@ class SharedMemoryServer:
                 batch=header.batch if header.HasField("batch") else None,
                 known_layout=header.known_layout_version,
                 magnitudes=magnitudes,
+                loss=header.loss if header.HasField("loss") else None,
             )
             version = self.coordinator.copy_weights(weights)
         except ParameterServerError as error:

@@ -41,6 +41,10 @@ class Hyperparameters:
         statistics: Names of the variables the model trains itself (batch-normalization
             statistics): their pushes are changes, added as they come, averaged over the
             group's members.
+        compensate_asynchrony: With more than one group, the momentum and learning rate
+            in force are steered so that the updates' total momentum and effective step
+            are these (see `compensation`). Defaults to True; False applies them as
+            they are.
     """
 
     learning_rate: float = 0.01
@@ -50,6 +54,7 @@ class Hyperparameters:
     weight_decay: float = 0.0
     no_weight_decay: frozenset[str] = frozenset()
     statistics: frozenset[str] = frozenset()
+    compensate_asynchrony: bool = True
 
     def __post_init__(self) -> None:
         if not _positive_in_float32(self.learning_rate):
@@ -81,6 +86,7 @@ class Hyperparameters:
             message.weight_decay,
             frozenset(message.no_weight_decay),
             frozenset(message.statistics),
+            message.compensate_asynchrony,
         )
 
     def to_proto(self) -> pb.Hyperparameters:
@@ -92,6 +98,7 @@ class Hyperparameters:
             weight_decay=self.weight_decay,
             no_weight_decay=sorted(self.no_weight_decay),
             statistics=sorted(self.statistics),
+            compensate_asynchrony=self.compensate_asynchrony,
         )
 
 

@@ -138,6 +138,12 @@ class Stats:
     uptime_seconds: float = 0.0
     # Measured from the updates themselves: `omnikeras.parameter_server.momentum_meter`.
     total_momentum: float = math.nan
+    # The rule the next update applies, and the staleness's momentum:
+    # `omnikeras.parameter_server.compensation`.
+    momentum_in_force: float = math.nan
+    learning_rate_in_force: float = math.nan
+    implicit_momentum: float = math.nan
+    step_backoffs: int = 0
 
     @classmethod
     def from_proto(cls, reply: pb.StatsReply) -> "Stats":
@@ -154,6 +160,10 @@ class Stats:
             reply.mean_apply_seconds,
             reply.uptime_seconds,
             reply.total_momentum,
+            reply.momentum_in_force,
+            reply.learning_rate_in_force,
+            reply.implicit_momentum,
+            reply.step_backoffs,
         )
 
     def to_proto(self) -> pb.StatsReply:
@@ -170,6 +180,10 @@ class Stats:
             mean_apply_seconds=self.mean_apply_seconds,
             uptime_seconds=self.uptime_seconds,
             total_momentum=self.total_momentum,
+            momentum_in_force=self.momentum_in_force,
+            learning_rate_in_force=self.learning_rate_in_force,
+            implicit_momentum=self.implicit_momentum,
+            step_backoffs=self.step_backoffs,
         )
 
 

@@ -43,8 +43,11 @@ class ClusterSync(keras.callbacks.Callback):
             self.model.stop_training = True
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        if logs is not None and self.worker.last_push is not None:
-            logs["model_version"] = self.worker.last_push.model_version
+        if logs is None or self.worker.last_push is None:
+            return
+        logs["model_version"] = self.worker.last_push.model_version
+        if self.worker.config.is_chief:
+            logs.update(self.worker.rule_in_force())
 
 
 class LearningRateRelay(keras.callbacks.Callback):

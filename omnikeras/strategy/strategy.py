@@ -1,6 +1,7 @@
 """`GroupedAsyncStrategy`: Keras `model.fit` across worker processes, through the
 parameter server."""
 
+import dataclasses
 import functools
 
 import tensorflow as tf
@@ -32,10 +33,24 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
     Settings the server cannot apply (`use_ema`, gradient accumulation, variable
     constraints, custom schedules) raise an error when `fit` starts.
 
+    Asynchrony adds momentum of its own (about 1 - 1/g with g groups), and stale gradients
+    make large steps unstable. With more than one group the servers compensate, unless
+    told not to: they lower the explicit momentum in force (to zero or below where the
+    staleness alone brings more) so that the updates' total momentum is the compiled one,
+    keep the effective step `learning_rate / (1 - momentum)` by raising the rate in
+    force as the momentum comes down, and cap that step where the gradients begin to climb
+    (see `omnikeras.parameter_server.compensation`). The chief's epoch `logs` carry
+    `explicit_momentum`, `implicit_momentum` and `learning_rate_in_force`.
+
     Args:
         config: The worker's place in the cluster. None (the default) reads it from the
             `OMNIKERAS_CONFIG` environment variable, which `omnikeras launch` sets.
         devices: Local devices to mirror over; None (the default) takes all of them.
+        compensate_asynchrony: Compensate the momentum and the step that asynchrony
+            changes. None (the default) takes the config's (`omnikeras launch
+            --no-compensation` turns it off), which defaults to True; False applies the
+            compiled momentum and learning rate as they are. Every worker takes the
+            chief's choice.
 
     Example:
 
@@ -50,13 +65,20 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
     ```
     """
 
-    def __init__(self, config: WorkerConfig | None = None, devices: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        config: WorkerConfig | None = None,
+        devices: list[str] | None = None,
+        compensate_asynchrony: bool | None = None,
+    ) -> None:
         config = config or tf_config.worker_config_from_env()
         if config is None:
             raise ValueError(
                 "GroupedAsyncStrategy needs the cluster's configuration: pass a WorkerConfig, "
                 "or set OMNIKERAS_CONFIG (omnikeras launch does this) or TF_CONFIG"
             )
+        if compensate_asynchrony is not None:
+            config = dataclasses.replace(config, compensate_asynchrony=compensate_asynchrony)
         super().__init__(devices=devices)
         self.config = config
         self.worker = ClusterWorker(config)
@@ -93,13 +115,26 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
         with tf.device("/cpu:0"):
             weights = tf.numpy_function(
                 functools.partial(self.worker.push_pull, names + tuple(v.path for v in self.worker.statistics)),
-                gradients + values,
+                [self._loss_sums(), *gradients, *values],
                 Tout=[v.dtype for v in variables],
                 stateful=True,
             )
         for variable, weight in zip(variables, weights):
             weight.set_shape(variable.shape)
             self.extended.update(variable, _assign, args=(weight,), group=False)
+
+    def _loss_sums(self) -> tf.Tensor:
+        """The sums of Keras' loss tracker (losses, examples), which the train step has
+        updated with this step's loss before it applies the gradients: the worker pushes
+        the step's loss with them."""
+        tracker = self.worker.loss_tracker
+        if tracker is None:
+            return tf.constant([0.0, 0.0], tf.float64)
+        sums = [
+            tf.add_n([tf.cast(part, tf.float64) for part in self.experimental_local_results(variable.value)])
+            for variable in (tracker.total, tracker.count)
+        ]
+        return tf.stack(sums)
 
 
 def _assign(variable: tf.Variable, value: tf.Tensor) -> tf.Operation:

@@ -59,6 +59,9 @@ class ClusterWorker:
         self.shapes: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
         self.hyperparameters = Hyperparameters()
         self.last_push: PushResult | None = None
+        # Keras' loss tracker, and its sums at the last push: their change is the step's loss.
+        self.loss_tracker: keras.metrics.Mean | None = None
+        self._loss_sums = (0.0, 0.0)
         self.rejected_steps = 0
         # What ended the last exchange with the servers, if it failed.
         self.failure: Exception | None = None
@@ -144,12 +147,16 @@ class ClusterWorker:
         """Gives every worker the same first weights: the chief's, or the server's if it
         already holds some (a restored checkpoint, or an earlier `fit`)."""
         self.statistics = model_statistics(model)
+        self.loss_tracker = getattr(model, "_loss_tracker", None)
         held = [*model.trainable_variables, *self.statistics]
         self.names = [v.path for v in held]
         # Keras' optimizer hands the strategy its variables' backend values.
         self._paths = {id(v.value): v.path for v in held}
         self.shapes = {v.path: (tuple(v.shape), np.dtype(v.dtype)) for v in held}
-        self.hyperparameters = server_update_rule(model.optimizer, model.trainable_variables, self.statistics)
+        self.hyperparameters = dataclasses.replace(
+            server_update_rule(model.optimizer, model.trainable_variables, self.statistics),
+            compensate_asynchrony=self.config.compensate_asynchrony,
+        )
         if self.config.is_chief:
             weights = {v.path: keras.ops.convert_to_numpy(v) for v in held}
             if self.client.init_model(weights, self.hyperparameters):
@@ -181,24 +188,49 @@ class ClusterWorker:
         if without and self.hyperparameters.weight_decay:
             self.change_update_rule(no_weight_decay=self.hyperparameters.no_weight_decay | without)
 
+    def rule_in_force(self) -> dict[str, float]:
+        """The first server's rule at its next update, for `logs`: the explicit momentum
+        and learning rate in force (compensated, with more than one group) and the
+        momentum the staleness adds."""
+        stats = self.client.stats()[0]
+        return {
+            "explicit_momentum": stats.momentum_in_force,
+            "implicit_momentum": stats.implicit_momentum,
+            "learning_rate_in_force": stats.learning_rate_in_force,
+            "step_backoffs": stats.step_backoffs,
+        }
+
     def change_update_rule(self, **changes: Any) -> None:
         """Changes the server's update rule, keeping what `changes` does not name."""
         self.hyperparameters = dataclasses.replace(self.hyperparameters, **changes)
         self.client.set_hyperparameters(self.hyperparameters)
 
-    def push_pull(self, names: Sequence[str], *gradients: np.ndarray) -> list[np.ndarray]:
-        """One group step: this worker's gradients (of the variables `names`, by path) out,
-        the group step's weights of the same variables back.
+    def push_pull(self, names: Sequence[str], loss_sums: np.ndarray, *gradients: np.ndarray) -> list[np.ndarray]:
+        """One group step: this worker's gradients (of the variables `names`, by path) and
+        the step's loss out, the group step's weights of the same variables back.
+        `loss_sums` are the sums of Keras' loss tracker (losses and examples so far).
 
         An error is kept in `failure` as well: TensorFlow hands it on wrapped in its own.
         """
         try:
-            return self._push_pull(names, gradients)
+            return self._push_pull(names, gradients, self._step_loss(float(loss_sums[0]), float(loss_sums[1])))
         except Exception as error:
             self.failure = error
             raise
 
-    def _push_pull(self, names: Sequence[str], gradients: Sequence[np.ndarray]) -> list[np.ndarray]:
+    def _step_loss(self, total: float, count: float) -> float | None:
+        """This step's loss from the tracker's sums; None where their change is not this
+        step's examples (the tracker was reset, or `evaluate` used it in between)."""
+        last_total, last_count = self._loss_sums
+        self._loss_sums = (total, count)
+        if count < last_count:
+            last_total, last_count = 0.0, 0.0
+        if count - last_count != self.example_count:
+            return None
+        loss = (total - last_total) / self.example_count
+        return loss if math.isfinite(loss) else None
+
+    def _push_pull(self, names: Sequence[str], gradients: Sequence[np.ndarray], loss: float | None) -> list[np.ndarray]:
         if self._training_over:
             return self._pull_current(names)
         self.step += 1
@@ -212,7 +244,7 @@ class ClusterWorker:
                     pushed[name] = np.zeros(shape, dtype)
         try:
             result, pulled = self.client.push_pull(
-                pushed, step=self.step, example_count=self.example_count, batch=self.reading
+                pushed, step=self.step, example_count=self.example_count, batch=self.reading, loss=loss
             )
         except grpc.RpcError as error:
             if error.code() == grpc.StatusCode.ABORTED:

@@ -47,7 +47,7 @@ class LearningRateSchedule(_message.Message):
     def __init__(self, name: _Optional[str] = ..., config_json: _Optional[str] = ...) -> None: ...
 
 class Hyperparameters(_message.Message):
-    __slots__ = ("learning_rate", "momentum", "nesterov", "learning_rate_schedule", "weight_decay", "no_weight_decay", "statistics")
+    __slots__ = ("learning_rate", "momentum", "nesterov", "learning_rate_schedule", "weight_decay", "no_weight_decay", "statistics", "compensate_asynchrony")
     LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
     MOMENTUM_FIELD_NUMBER: _ClassVar[int]
     NESTEROV_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +55,7 @@ class Hyperparameters(_message.Message):
     WEIGHT_DECAY_FIELD_NUMBER: _ClassVar[int]
     NO_WEIGHT_DECAY_FIELD_NUMBER: _ClassVar[int]
     STATISTICS_FIELD_NUMBER: _ClassVar[int]
+    COMPENSATE_ASYNCHRONY_FIELD_NUMBER: _ClassVar[int]
     learning_rate: float
     momentum: float
     nesterov: bool
@@ -62,7 +63,8 @@ class Hyperparameters(_message.Message):
     weight_decay: float
     no_weight_decay: _containers.RepeatedScalarFieldContainer[str]
     statistics: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, learning_rate: _Optional[float] = ..., momentum: _Optional[float] = ..., nesterov: _Optional[bool] = ..., learning_rate_schedule: _Optional[_Union[LearningRateSchedule, _Mapping]] = ..., weight_decay: _Optional[float] = ..., no_weight_decay: _Optional[_Iterable[str]] = ..., statistics: _Optional[_Iterable[str]] = ...) -> None: ...
+    compensate_asynchrony: bool
+    def __init__(self, learning_rate: _Optional[float] = ..., momentum: _Optional[float] = ..., nesterov: _Optional[bool] = ..., learning_rate_schedule: _Optional[_Union[LearningRateSchedule, _Mapping]] = ..., weight_decay: _Optional[float] = ..., no_weight_decay: _Optional[_Iterable[str]] = ..., statistics: _Optional[_Iterable[str]] = ..., compensate_asynchrony: _Optional[bool] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
     __slots__ = ("worker_id", "group", "host")
@@ -119,20 +121,22 @@ class InitModelReply(_message.Message):
     def __init__(self, model_version: _Optional[int] = ..., initialized_by_caller: _Optional[bool] = ...) -> None: ...
 
 class PushHeader(_message.Message):
-    __slots__ = ("worker_id", "step", "model_version", "example_count", "batch", "known_layout_version")
+    __slots__ = ("worker_id", "step", "model_version", "example_count", "batch", "known_layout_version", "loss")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     EXAMPLE_COUNT_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     KNOWN_LAYOUT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    LOSS_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     step: int
     model_version: int
     example_count: int
     batch: int
     known_layout_version: int
-    def __init__(self, worker_id: _Optional[int] = ..., step: _Optional[int] = ..., model_version: _Optional[int] = ..., example_count: _Optional[int] = ..., batch: _Optional[int] = ..., known_layout_version: _Optional[int] = ...) -> None: ...
+    loss: float
+    def __init__(self, worker_id: _Optional[int] = ..., step: _Optional[int] = ..., model_version: _Optional[int] = ..., example_count: _Optional[int] = ..., batch: _Optional[int] = ..., known_layout_version: _Optional[int] = ..., loss: _Optional[float] = ...) -> None: ...
 
 class PushRequest(_message.Message):
     __slots__ = ("header", "chunk")
@@ -298,7 +302,7 @@ class GroupStats(_message.Message):
     def __init__(self, group: _Optional[int] = ..., members: _Optional[_Iterable[int]] = ..., updates_applied: _Optional[int] = ..., staleness_histogram: _Optional[_Mapping[int, int]] = ..., next_batch: _Optional[int] = ..., next_members: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class StatsReply(_message.Message):
-    __slots__ = ("model_version", "updates_applied", "pushes_received", "pushes_rejected_non_finite", "workers_dropped", "parameter_count", "parameter_bytes", "hyperparameters", "groups", "mean_apply_seconds", "uptime_seconds", "total_momentum")
+    __slots__ = ("model_version", "updates_applied", "pushes_received", "pushes_rejected_non_finite", "workers_dropped", "parameter_count", "parameter_bytes", "hyperparameters", "groups", "mean_apply_seconds", "uptime_seconds", "total_momentum", "momentum_in_force", "learning_rate_in_force", "implicit_momentum", "step_backoffs")
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     UPDATES_APPLIED_FIELD_NUMBER: _ClassVar[int]
     PUSHES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
@@ -311,6 +315,10 @@ class StatsReply(_message.Message):
     MEAN_APPLY_SECONDS_FIELD_NUMBER: _ClassVar[int]
     UPTIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
     TOTAL_MOMENTUM_FIELD_NUMBER: _ClassVar[int]
+    MOMENTUM_IN_FORCE_FIELD_NUMBER: _ClassVar[int]
+    LEARNING_RATE_IN_FORCE_FIELD_NUMBER: _ClassVar[int]
+    IMPLICIT_MOMENTUM_FIELD_NUMBER: _ClassVar[int]
+    STEP_BACKOFFS_FIELD_NUMBER: _ClassVar[int]
     model_version: int
     updates_applied: int
     pushes_received: int
@@ -323,7 +331,11 @@ class StatsReply(_message.Message):
     mean_apply_seconds: float
     uptime_seconds: float
     total_momentum: float
-    def __init__(self, model_version: _Optional[int] = ..., updates_applied: _Optional[int] = ..., pushes_received: _Optional[int] = ..., pushes_rejected_non_finite: _Optional[int] = ..., workers_dropped: _Optional[int] = ..., parameter_count: _Optional[int] = ..., parameter_bytes: _Optional[int] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., groups: _Optional[_Iterable[_Union[GroupStats, _Mapping]]] = ..., mean_apply_seconds: _Optional[float] = ..., uptime_seconds: _Optional[float] = ..., total_momentum: _Optional[float] = ...) -> None: ...
+    momentum_in_force: float
+    learning_rate_in_force: float
+    implicit_momentum: float
+    step_backoffs: int
+    def __init__(self, model_version: _Optional[int] = ..., updates_applied: _Optional[int] = ..., pushes_received: _Optional[int] = ..., pushes_rejected_non_finite: _Optional[int] = ..., workers_dropped: _Optional[int] = ..., parameter_count: _Optional[int] = ..., parameter_bytes: _Optional[int] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., groups: _Optional[_Iterable[_Union[GroupStats, _Mapping]]] = ..., mean_apply_seconds: _Optional[float] = ..., uptime_seconds: _Optional[float] = ..., total_momentum: _Optional[float] = ..., momentum_in_force: _Optional[float] = ..., learning_rate_in_force: _Optional[float] = ..., implicit_momentum: _Optional[float] = ..., step_backoffs: _Optional[int] = ...) -> None: ...
 
 class SnapshotRequest(_message.Message):
     __slots__ = ("name",)

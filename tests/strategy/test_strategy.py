@@ -156,3 +156,37 @@ def test_a_worker_with_one_inter_op_thread_trains() -> None:
     )
     assert run.returncode == 0, run.stderr[-3000:]
     assert json.loads(run.stdout.splitlines()[-1]) == [3, 6, 9]
+
+
+def test_each_step_pushes_its_loss_and_the_epoch_logs_carry_the_rule_in_force(server) -> None:
+    pushed: list[float | None] = []
+    push = server.coordinator.push
+
+    def recording(*args, **kwargs):
+        pushed.append(kwargs.get("loss"))
+        return push(*args, **kwargs)
+
+    server.coordinator.push = recording
+    strategy = omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,)))
+    model = _model(strategy, keras.optimizers.SGD, learning_rate=0.5, momentum=0.5)
+    running: list[float] = []
+    keeper = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: running.append(logs["loss"]))
+    history = model.fit(*_data(), batch_size=32, epochs=2, verbose=0, callbacks=[keeper])
+    # Keras' logs hold each epoch's running mean: batch k's loss is what it added.
+    losses = [
+        (k + 1) * running[i] - k * running[i - 1] if k else running[i]
+        for i, k in enumerate([0, 1, 2] * 2)
+    ]
+    np.testing.assert_allclose(pushed, losses, rtol=1e-5)
+    # One group: the compiled rule, nothing added.
+    assert history.history["explicit_momentum"] == [0.5, 0.5]
+    assert history.history["implicit_momentum"] == [0.0, 0.0]
+    assert history.history["learning_rate_in_force"] == [0.5, 0.5]
+    assert server.coordinator.hyperparameters().compensate_asynchrony
+
+
+def test_compensation_can_be_turned_off_by_the_strategy(server) -> None:
+    strategy = omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,)), compensate_asynchrony=False)
+    model = _model(strategy, keras.optimizers.SGD, learning_rate=0.5, momentum=0.5)
+    model.fit(*_data(), batch_size=32, epochs=1, verbose=0)
+    assert not server.coordinator.hyperparameters().compensate_asynchrony

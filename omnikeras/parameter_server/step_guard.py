@@ -1,0 +1,140 @@
+"""A cap on the effective step of asynchronous updates, learnt from the training loss.
+
+A delay of `s` updates shrinks the largest stable step along the curvature that limits
+it (for heavy-ball momentum `mu` and one update of delay, from `2 (1 + mu) / (1 - mu)`
+over the curvature to about `1`), and nothing the server sees tells that curvature
+beforehand. So the cap warms up, from a fraction of the compiled step by `GROWTH` per
+update while the training loss the workers push with their gradients improves (reaches
+a new best level over many updates), and stops growing while it does not: where the
+loss over the last few updates (`SHORT`) climbs clearly past its level over many
+(`LONG`) -- by a factor `RISE` and by `SIGMAS` standard deviations of its own noise, both
+measured on the logarithm of the loss, whose batch-to-batch noise is about a constant
+factor -- the step in force is halved, held for `HOLD` updates, and the warm-up resumes at
+half its pace, so that the cap settles below the edge of stability instead of oscillating
+across it. Without losses (a worker that does not know them, or a loss that is not
+positive, such as a cosine similarity's) the cap only warms up.
+"""
+
+import math
+
+GROWTH = 1.01
+MIN_GROWTH = 1.001
+RISE = 1.1
+DRIFT = 1.25
+SIGMAS = 4.0
+BACKOFF = 0.5
+SHORT = 8
+LONG = 64
+HOLD = 64
+# Losses seen before the noise is known well enough to judge a climb.
+SETTLE = 32
+
+_SHORT_WEIGHT = 2 / (SHORT + 1)
+_LONG_WEIGHT = 2 / (LONG + 1)
+# The standard deviation of each average over that of one loss, for independent losses:
+# an exponential average of weight `a` has variance `a / (2 - a)` of theirs.
+_SHORT_NOISE = math.sqrt(_SHORT_WEIGHT / (2 - _SHORT_WEIGHT))
+_LONG_NOISE = math.sqrt(_LONG_WEIGHT / (2 - _LONG_WEIGHT))
+
+
+class StepGuard:
+    """The effective step that the updates of one layout may take.
+
+    Args:
+        start: The cap at the first update, as a fraction of the compiled step.
+
+    Example:
+
+    >>> guard = StepGuard(start=0.25)
+    >>> guard.cap(1.0)
+    0.25
+    >>> for k in range(200):  # a loss that falls: the warm-up runs its course
+    ...     guard.record(2.0 - 0.001 * k)
+    >>> guard.cap(1.0)
+    1.0
+    >>> for k in range(12):  # then one that climbs, update after update
+    ...     guard.record(1.8 * 1.2 ** k)
+    >>> guard.cap(1.0), guard.backoffs
+    (0.5, 1)
+    """
+
+    def __init__(self, start: float) -> None:
+        self.start = start
+        self.backoffs = 0
+        self._cap: float | None = None
+        self._step = 0.0
+        self._compiled = 0.0
+        self._growth = GROWTH
+        self._hold = 0
+        self._short: float | None = None
+        self._long = 0.0
+        self._variance = 0.0
+        self._best = 0.0
+        self._seen = 0
+        # Whether the loss is at its best level: the step grows only while it improves.
+        self._improving = True
+
+    def cap(self, step: float) -> float:
+        """The step in force where the compiled effective step is `step`."""
+        if self._cap is None:
+            self._cap = self.start * step
+        self._compiled = step
+        self._step = min(step, self._cap)
+        return self._step
+
+    def restart(self) -> None:
+        """The weights changed under the losses: their level is measured afresh."""
+        self._short = None
+        self._hold = 0
+        self._improving = True
+
+    def record(self, loss: float | None) -> None:
+        """Records the update just applied (at the step `cap` last gave) and the training
+        loss of its gradients, None when unknown."""
+        if self._cap is None:
+            return
+        if loss is not None and 0 < loss < math.inf and self._climbed(math.log(loss)):
+            self._cap = BACKOFF * self._step
+            self._hold = HOLD
+            self._growth = max(1 + (self._growth - 1) / 2, MIN_GROWTH)
+            self.backoffs += 1
+            return
+        if self._hold:
+            self._hold -= 1
+            return
+        if self._improving:
+            # No further than the compiled step: a rate raised later warms up again.
+            self._cap = min(self._cap * self._growth, self._compiled)
+
+    def _climbed(self, level: float) -> bool:
+        """Whether the loss, with one of logarithm `level` in, climbed past its level
+        (outside a hold)."""
+        if self._short is None:
+            self._short = self._long = level
+            self._variance = 0.0
+            self._best = level
+            self._seen = 0
+        self._seen += 1
+        self._short += (level - self._short) * _SHORT_WEIGHT
+        # The noise as it was before this loss: a climb must not widen its own margin.
+        noise = SIGMAS * math.sqrt(self._variance)
+        deviation = level - self._long
+        self._long += deviation * _LONG_WEIGHT
+        self._variance += (deviation * deviation - self._variance) * _LONG_WEIGHT
+        if self._seen < SETTLE:
+            self._best = self._long
+            return False
+        self._improving = self._long <= self._best
+        if self._hold:
+            self._best = min(self._best, self._long)
+            return False
+        # A sudden climb over the last few losses, or a slow one away from the best level.
+        sudden = self._short - self._long > max(math.log(RISE), _SHORT_NOISE * noise)
+        # (The best of a noisy level lies below its mean by a few of its deviations.)
+        slow = self._long - self._best > math.log(DRIFT) + _LONG_NOISE * noise
+        self._best = min(self._best, self._long)
+        if not (sudden or slow):
+            return False
+        # Climbs are measured from the level reached.
+        self._long = self._best = self._short
+        return True

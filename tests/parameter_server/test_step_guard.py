@@ -1,0 +1,64 @@
+"""The step guard on synthetic loss curves: warm-up, halving where the loss climbs, and
+no halving on noise."""
+
+import numpy as np
+import pytest
+
+from omnikeras.parameter_server.step_guard import BACKOFF, GROWTH, HOLD, StepGuard
+
+
+def _run(guard: StepGuard, losses: "list[float | None] | np.ndarray", step: float = 1.0) -> list[float]:
+    steps = []
+    for loss in losses:
+        steps.append(guard.cap(step))
+        guard.record(None if loss is None else float(loss))
+    return steps
+
+
+def test_the_cap_warms_up_to_the_compiled_step_and_no_further() -> None:
+    guard = StepGuard(start=0.125)
+    steps = _run(guard, [None] * 300)
+    assert steps[0] == 0.125
+    assert steps[1] == pytest.approx(0.125 * GROWTH)
+    assert steps[-1] == 1.0
+
+
+def test_noisy_falling_losses_never_halve_the_step() -> None:
+    rng = np.random.default_rng(0)
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        updates = np.arange(3000)
+        # A loss that falls from 2.3 towards 0.05, each batch's within a factor of about 2.
+        losses = (0.05 + 2.25 * np.exp(-updates / 500)) * rng.lognormal(0, 0.35, len(updates))
+        guard = StepGuard(start=0.25)
+        _run(guard, losses)
+        assert guard.backoffs == 0
+
+
+def test_a_loss_that_climbs_halves_the_step_holds_it_and_warms_up_slower() -> None:
+    guard = StepGuard(start=1.0)
+    _run(guard, [1.0] * 100)
+    steps = _run(guard, [1.0 * 1.3**k for k in range(10)] + [1.0] * (HOLD + 50))
+    assert guard.backoffs == 1
+    halved = steps.index(BACKOFF)
+    # Held for HOLD updates, then warming up at half the pace.
+    assert steps[halved : halved + HOLD] == [BACKOFF] * HOLD
+    assert steps[halved + HOLD + 1] == pytest.approx(BACKOFF * (1 + (GROWTH - 1) / 2))
+
+
+def test_the_cap_follows_the_compiled_step_down_and_warms_up_when_it_rises() -> None:
+    guard = StepGuard(start=1.0)
+    _run(guard, [None] * 10, step=1.0)
+    assert _run(guard, [None] * 10, step=0.1)[-1] == 0.1
+    rising = _run(guard, [None] * 10, step=1.0)
+    assert rising[0] == pytest.approx(0.1)
+    assert rising[-1] < 0.2
+
+
+def test_a_restart_measures_the_loss_level_afresh() -> None:
+    guard = StepGuard(start=1.0)
+    _run(guard, [0.1] * 200)
+    # Restored weights train from a loss far above the level reached: not a climb.
+    guard.restart()
+    _run(guard, [2.0] * 50)
+    assert guard.backoffs == 0
