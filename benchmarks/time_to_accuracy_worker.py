@@ -3,8 +3,8 @@
 
 The chief (or the plain process) checks the test accuracy every few seconds and stops
 training (for every worker) once it reaches the target, printing `REACHED <seconds since
-fit began>`, or `NOT REACHED <seconds>` when the time runs out. When the planned epochs end
-first, the accuracy then decides which.
+fit began> accuracy <a> updates <n>` (n: the updates applied so far), or `NOT REACHED ...`
+when the time runs out. When the planned epochs end first, the accuracy then decides which.
 """
 
 import argparse
@@ -39,6 +39,13 @@ parser.add_argument("--check-examples", type=int, default=2000, help="test examp
 args = parser.parse_args()
 
 
+def updates_applied(model: keras.Model) -> int:
+    """The updates the model's weights have taken: the server's, under the strategy."""
+    if strategy is not None and strategy.worker.last_push is not None:
+        return strategy.worker.last_push.model_version
+    return int(model.optimizer.iterations.numpy())
+
+
 class StopAtAccuracy(keras.callbacks.Callback):
     def __init__(self, x, y) -> None:
         super().__init__()
@@ -55,10 +62,10 @@ class StopAtAccuracy(keras.callbacks.Callback):
         accuracy = self.model.evaluate(self.x, self.y, verbose=0, batch_size=1024)[1]
         elapsed = now - self.started
         if accuracy >= args.target_accuracy:
-            print(f"REACHED {elapsed:.2f} accuracy {accuracy:.4f}", flush=True)
+            print(f"REACHED {elapsed:.2f} accuracy {accuracy:.4f} updates {updates_applied(self.model)}", flush=True)
             self.model.stop_training = True
         elif elapsed > args.max_seconds:
-            print(f"NOT REACHED {elapsed:.2f} accuracy {accuracy:.4f}", flush=True)
+            print(f"NOT REACHED {elapsed:.2f} accuracy {accuracy:.4f} updates {updates_applied(self.model)}", flush=True)
             self.model.stop_training = True
 
 
@@ -90,4 +97,8 @@ if isinstance(checker, StopAtAccuracy) and not model.stop_training:
     accuracy = model.evaluate(checker.x, checker.y, verbose=0, batch_size=1024)[1]
     # The target may have been crossed after the last check: then it counts as reached now.
     reached = "REACHED" if accuracy >= args.target_accuracy else "NOT REACHED"
-    print(f"{reached} {time.monotonic() - checker.started:.2f} accuracy {accuracy:.4f} (the planned epochs ended)", flush=True)
+    print(
+        f"{reached} {time.monotonic() - checker.started:.2f} accuracy {accuracy:.4f} updates {updates_applied(model)} "
+        "(the planned epochs ended)",
+        flush=True,
+    )

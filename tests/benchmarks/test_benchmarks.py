@@ -25,7 +25,10 @@ BENCHMARKS = pathlib.Path(__file__).resolve().parents[2] / "benchmarks"
         }),
         ("time_to_accuracy.py", {
             "plain_sgd_s", "plain_adam_s", "sync_s", "async_s", "omnivore_s", "omnivore_over_best_host",
-            *(() if MISSING else ("emulated_sync_s", "emulated_async_s", "emulated_omnivore_s", "emulated_best_fixed_over_omnivore")),
+            *(() if MISSING else (
+                "emulated_sync_s", "emulated_async_s", "emulated_compensated_s", "emulated_omnivore_s",
+                "emulated_default_over_omnivore", "emulated_compensated_over_sync_updates",
+            )),
         }),
         ("cpu_path.py", {"merged_vs_4_processes", "merged_vs_plain_keras", "flops_fraction_of_matmul"}),
         ("ray_overhead.py", {"ray_over_local_steps_per_s"}),
