@@ -137,7 +137,8 @@ class AsynchronyCompensation:
         iteration) and `momentum`."""
         if self.num_groups == 1:
             return InForce(learning_rate, momentum, self.implicit_momentum)
-        explicit = max(momentum - self.implicit_momentum, MIN_MOMENTUM)
+        # Never above the compiled momentum, which may itself lie below the floor.
+        explicit = min(momentum, max(momentum - self.implicit_momentum, MIN_MOMENTUM))
         step = self._guard(momentum).cap(learning_rate / (1 - momentum))
         return InForce(step * (1 - explicit), explicit, self.implicit_momentum)
 

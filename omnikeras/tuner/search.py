@@ -15,8 +15,13 @@ last g, the best momentum is refined half a grid step either way (0.6 gives 0.45
 Later phases search again at the current number of groups, with the current learning rate
 and its tenth. A configuration more aggressive (as many groups or more, as large a
 learning rate or larger, as much momentum or more) than one that diverged is skipped.
-Each phase ends with the best configuration it tried, by `rank`: least time to target,
-then fewer groups, smaller learning rate, less momentum.
+
+Each phase starts from an incumbent, the compiled settings in the cold start and the
+current ones later, tried twice: the two trials of one configuration measure how far
+trials differ by chance alone. The phase ends with the best configuration it tried, by
+`rank` (least time to target, then fewer groups, smaller learning rate, less momentum),
+where that beats the incumbent by more than that spread (`KEEP_MARGIN` at least); else
+with the incumbent: a short trial's noise does not move training off settings that work.
 
 A phase stops after `max_trials` trials: the candidates come most promising first, so a
 short run drops the least promising rather than overrun its tuning budget.
@@ -38,6 +43,9 @@ from collections.abc import Generator
 from dataclasses import dataclass
 
 from omnikeras.convergence.momentum import implicit_momentum
+
+# The least a candidate must beat the incumbent by, as a share of its time to target.
+KEEP_MARGIN = 0.1
 
 
 @dataclass(frozen=True)
@@ -109,6 +117,10 @@ class OmnivoreSearch:
         self.momenta = tuple(sorted(momenta))
         self.results: dict[Config, Outcome] = {}
         self._max_trials: int | None = None
+        self._trials = 0
+        self._incumbent: Config | None = None
+        # The relative difference between the incumbent's two trials.
+        self._spread = 0.0
 
     def phase(
         self, index: int, start_groups: int, current: Config | None = None, max_trials: int | None = None
@@ -126,9 +138,10 @@ class OmnivoreSearch:
         """
         self.results = {}
         self._max_trials = max_trials
+        self._trials, self._incumbent, self._spread = 0, None, 0.0
         groups = self._divisor_at_most(start_groups)
         if index == 0 and current is None:
-            yield from self._try(self.compiled)
+            yield from self._try_incumbent(self.compiled)
             # What asynchrony's momentum suggests comes before the synchronous sweep: a
             # short budget keeps these, the most promising where more groups pay.
             for momentum in self._momenta_by_promise(groups) if groups > 1 else ():
@@ -138,7 +151,7 @@ class OmnivoreSearch:
         else:
             assert current is not None
             learning_rates = (current.learning_rate, current.learning_rate / 10)
-            yield from self._try(current)
+            yield from self._try_incumbent(current)
         yield from self._groups_and_momentum(groups, learning_rates)
         return self.best()
 
@@ -147,11 +160,37 @@ class OmnivoreSearch:
         momentum grid with refinement, and one halving of the groups."""
         grid = len(self.momenta) * 2 + 2
         halvings = 1 if self._divisor_at_most(start_groups) > 1 else 0
-        return (1 + len(self.learning_rates) + 2 if cold_start else 1) + grid * (1 + halvings)
+        return (2 + len(self.learning_rates) + 2 if cold_start else 2) + grid * (1 + halvings)
 
     def best(self) -> Config | None:
+        """The best configuration of the phase so far, where it beats the incumbent by
+        more than the spread; else the incumbent, when usable."""
         usable = {c: o for c, o in self.results.items() if o.usable}
-        return min(usable, key=lambda c: rank(c, usable[c])) if usable else None
+        if not usable:
+            return None
+        best = min(usable, key=lambda c: rank(c, usable[c]))
+        kept = self._incumbent
+        if kept in usable and best != kept:
+            margin = max(KEEP_MARGIN, self._spread)
+            if usable[best].time_to_target > usable[kept].time_to_target * (1 - margin):
+                return kept
+        return best
+
+    def _try_incumbent(self, config: Config) -> Generator[Config, Outcome, None]:
+        """Tries the incumbent twice: the second trial measures the spread between two of
+        the same, and the better of the two counts."""
+        yield from self._try(config)
+        first = self.results.get(config)
+        if first is None:
+            return
+        self._incumbent = config
+        if not first.usable or self._budget_spent():
+            return
+        self._trials += 1
+        second = yield config
+        if second.usable:
+            self._spread = abs(first.time_to_target - second.time_to_target) / min(first.time_to_target, second.time_to_target)
+            self.results[config] = min(first, second, key=lambda outcome: outcome.time_to_target)
 
     def _cold_start(self) -> Generator[Config, Outcome, float]:
         momentum = self.momenta[-1]
@@ -199,13 +238,15 @@ class OmnivoreSearch:
         return sorted(self.momenta, key=lambda m: (abs(m + implicit_momentum(groups) - 0.9), -m))
 
     def _try(self, config: Config) -> Generator[Config, Outcome, None]:
-        if config in self.results:
-            return
-        if self._max_trials is not None and len(self.results) >= self._max_trials:
+        if config in self.results or self._budget_spent():
             return
         if any(o.diverged and c.dominates(config) for c, o in self.results.items()):
             return
+        self._trials += 1
         self.results[config] = yield config
+
+    def _budget_spent(self) -> bool:
+        return self._max_trials is not None and self._trials >= self._max_trials
 
     def _best_at(self, groups: int) -> Config | None:
         usable = {c: o for c, o in self.results.items() if c.num_groups == groups and o.usable}

@@ -47,6 +47,10 @@ def test_where_the_implicit_momentum_alone_is_larger_the_explicit_one_goes_below
     assert rule.learning_rate == pytest.approx(0.02 * (1 - MIN_MOMENTUM))
 
 
+def test_a_compiled_momentum_below_the_floor_is_kept() -> None:
+    assert _warmed(4, staleness=3).in_force(0.01, -0.5).momentum == -0.5
+
+
 def test_gradients_far_staler_than_usual_are_damped() -> None:
     compensation = _warmed(4, staleness=3)
     assert compensation.weight_of(3) == compensation.weight_of(7) == 1.0

@@ -40,12 +40,12 @@ def test_finds_the_known_optimum() -> None:
     optimum = Config(num_groups=2, learning_rate=0.01, momentum=0.3)
     chosen, tried = _run(OmnivoreSearch(4, COMPILED), _bowl(optimum, {1: 1.0, 2: 0.55, 4: 0.54}), start_groups=4)
     assert chosen == optimum
-    # The compiled settings first; then, where more groups pay, the momenta at 4 groups
-    # that bring the total nearest 0.9 (asynchrony gives 0.75); then the cold start,
-    # synchronous with momentum 0.9, nearest learning rate first, then the best's
-    # neighbours half a decade away.
-    assert tried[:5] == [COMPILED] + [Config(4, 0.01, m) for m in (0.3, 0.0, 0.6, 0.9)]
-    assert tried[5:9] == [Config(1, lr, 0.9) for lr in (0.1, 0.001, 0.0001)] + [Config(1, 0.01 * 10**0.5, 0.9)]
+    # The compiled settings first, twice (the spread between two trials of one); then,
+    # where more groups pay, the momenta at 4 groups that bring the total nearest 0.9
+    # (asynchrony gives 0.75); then the cold start, synchronous with momentum 0.9, nearest
+    # learning rate first, then the best's neighbours half a decade away.
+    assert tried[:6] == [COMPILED, COMPILED] + [Config(4, 0.01, m) for m in (0.3, 0.0, 0.6, 0.9)]
+    assert tried[6:10] == [Config(1, lr, 0.9) for lr in (0.1, 0.001, 0.0001)] + [Config(1, 0.01 * 10**0.5, 0.9)]
 
 
 def test_every_momentum_of_the_grid_at_every_number_of_groups_then_refined() -> None:
@@ -68,7 +68,7 @@ def test_halves_the_groups_while_the_best_momentum_is_zero() -> None:
 def test_widens_the_learning_rates_at_the_edge() -> None:
     optimum = Config(num_groups=1, learning_rate=10.0, momentum=0.9)
     _, tried = _run(OmnivoreSearch(1, Config(1, 0.1, 0.9)), _bowl(optimum, {1: 1.0}))
-    assert [c.learning_rate for c in tried[:6]] == pytest.approx([0.1, 0.01, 0.001, 0.0001, 1.0, 10.0])
+    assert [c.learning_rate for c in tried[:7]] == pytest.approx([0.1, 0.1, 0.01, 0.001, 0.0001, 1.0, 10.0])
 
 
 def test_settings_beyond_a_diverged_one_are_skipped() -> None:
@@ -95,10 +95,27 @@ def test_a_pruned_or_diverged_trial_never_wins() -> None:
     assert chosen is not None and chosen.momentum not in (0.0, 0.3)
 
 
-def test_ties_go_to_the_safer_configuration() -> None:
+def test_ties_keep_the_incumbent_and_otherwise_go_to_the_safer_configuration() -> None:
     chosen, tried = _run(OmnivoreSearch(2, COMPILED), lambda config: Outcome(5.0), start_groups=2)
-    assert chosen == min(tried, key=lambda c: (c.num_groups, c.learning_rate, c.momentum))
+    assert chosen == COMPILED
     assert rank(Config(1, 0.01, 0.3), Outcome(5.0)) < rank(Config(2, 0.001, 0.0), Outcome(5.0))
+
+
+def test_the_incumbent_is_kept_unless_beaten_by_more_than_the_spread_of_its_own_trials() -> None:
+    better = Config(1, 0.1, 0.9)
+
+    def objective(times: list[float], candidate: float):
+        def run(config: Config) -> Outcome:
+            return Outcome(times.pop(0) if config == COMPILED else candidate if config == better else 100.0)
+
+        return run
+
+    # Its two trials agree: a candidate 15% faster wins, one 5% faster does not.
+    assert _run(OmnivoreSearch(1, COMPILED), objective([10.0, 10.0], 8.5))[0] == better
+    assert _run(OmnivoreSearch(1, COMPILED), objective([10.0, 10.0], 9.5))[0] == COMPILED
+    # They differ by 50%: so must a candidate, from the better of the two.
+    assert _run(OmnivoreSearch(1, COMPILED), objective([10.0, 15.0], 6.0))[0] == COMPILED
+    assert _run(OmnivoreSearch(1, COMPILED), objective([10.0, 15.0], 4.0))[0] == better
 
 
 def test_later_phases_search_around_the_current_configuration() -> None:
@@ -115,8 +132,8 @@ def test_a_short_budget_drops_the_least_promising_candidates() -> None:
     _, all_tried = _run(OmnivoreSearch(1, COMPILED), _bowl(Config(1, 0.01, 0.6), {1: 1.0}))
     chosen, tried = _run(OmnivoreSearch(1, COMPILED), _bowl(Config(1, 0.01, 0.6), {1: 1.0}), max_trials=6)
     assert len(tried) == 6 < len(all_tried)
-    # What stays: the compiled settings and the learning rates nearest them.
-    assert tried[:3] == [COMPILED, Config(1, 0.1, 0.9), Config(1, 0.001, 0.9)]
+    # What stays: the compiled settings (twice) and the learning rates nearest them.
+    assert tried[:4] == [COMPILED, COMPILED, Config(1, 0.1, 0.9), Config(1, 0.001, 0.9)]
     assert chosen in tried
     assert OmnivoreSearch(1, COMPILED).planned_trials(1, cold_start=True) >= len(all_tried) - 4
 

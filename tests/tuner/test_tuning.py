@@ -187,7 +187,9 @@ def test_tuning_stays_within_its_share_of_the_planned_training(tmp_path) -> None
     spent = sum(phase.tuning_seconds for phase in phases)
     # The probes cost nothing here: the budget is all steps.
     assert 0 < spent <= 0.1 * planned_seconds * 1.15
-    trial_steps = {TrialRecord.read(t).steps for t in tuner.study.trials if not TrialRecord.read(t).diverged}
+    # (A trial still running when the steps run out has no record yet.)
+    finished = [r for r in map(TrialRecord.read, tuner.study.trials) if r is not None]
+    trial_steps = {r.steps for r in finished if not r.diverged}
     assert max(trial_steps) < 20  # trials shrank to fit
 
 
