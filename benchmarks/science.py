@@ -93,7 +93,8 @@ def run_seed(setup: Setup, seed: int, work: pathlib.Path, emulated: str | None) 
     """One launch: every (groups, learning rate, momentum) trial of one seed."""
     command = [
         sys.executable, "-m", "omnikeras", "launch", *cluster_options(setup, emulated), "--groups", "1",
-        "--measure-momentum",
+        # The trials set the explicit momentum themselves, as the papers' experiments do.
+        "--measure-momentum", "--no-compensation",
         "--log-dir", str(work / f"{setup.dataset}-seed-{seed}"), str(WORKER_SCRIPT),
         "--dataset", setup.dataset, "--seed", str(seed), "--groups", ",".join(map(str, setup.groups)),
         f"--momenta={','.join(map(str, MOMENTA))}", "--updates", str(setup.updates),

@@ -89,7 +89,12 @@ class PreparedReplies:
         self._weights: dict[str, np.ndarray] = {}
 
     def push_pull(
-        self, gradients: dict[str, np.ndarray], step: int, example_count: int, batch: int | None = None
+        self,
+        gradients: dict[str, np.ndarray],
+        step: int,
+        example_count: int,
+        batch: int | None = None,
+        loss: float | None = None,
     ) -> tuple[PushResult, PullResult]:
         for name, gradient in gradients.items():
             if name not in self._weights:
