@@ -416,11 +416,9 @@ class GroupCoordinator:
         self._cond.notify_all()
 
     def _apply(self, group: int, contributions: list[_Contribution]) -> PushResult:
-        version = self.model.version
-        staleness = version - min(c.computed_at for c in contributions)
-        examples = sum(c.example_count for c in contributions) or 1
+        ages = [self.model.version - c.computed_at for c in contributions]
         rule = self._rule_in_force()
-        kept = [self._kept(version - c.computed_at) for c in contributions]
+        kept = [self._kept(age) for age in ages]
         if self.measure_momentum:
             self._apply_measured(contributions, rule, kept)
         else:
@@ -428,12 +426,12 @@ class GroupCoordinator:
                 _weighted_mean(contributions, kept), _weighted_magnitudes(contributions), rule.learning_rate, rule.momentum
             )
         # Each gradient's own staleness, by its share: the lag at which its weight lands.
+        examples = sum(c.example_count for c in contributions)
         self._compensation.record(
-            sum(c.example_count * (version - c.computed_at) for c in contributions) / examples,
-            _weighted_loss(contributions),
+            sum(c.example_count * age for c, age in zip(contributions, ages)) / examples, _weighted_loss(contributions)
         )
         self._updates[group] += 1
-        self._staleness[group][staleness] += 1
+        self._staleness[group][max(ages)] += 1
         return PushResult(self.model.version, group, len(contributions))
 
     def _rule_in_force(self) -> InForce:

@@ -35,12 +35,14 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
 
     Asynchrony adds momentum of its own (about 1 - 1/g with g groups), and stale gradients
     make large steps unstable. With more than one group the servers compensate, unless
-    told not to: they lower the explicit momentum in force (to zero or below where the
-    staleness alone brings more) so that the updates' total momentum is the compiled one,
-    keep the effective step `learning_rate / (1 - momentum)` by raising the rate in
-    force as the momentum comes down, and cap that step where the gradients begin to climb
+    told not to: they lower the explicit momentum in force by the implicit momentum the
+    measured staleness adds (to zero or below where that alone is more), keep the
+    effective step `learning_rate / (1 - momentum)` by raising the rate in force as the
+    momentum comes down, and cap that step while the staleness makes it unstable: a
+    warm-up that grows while the training loss improves, halved where the loss climbs
     (see `omnikeras.parameter_server.compensation`). The chief's epoch `logs` carry
-    `explicit_momentum`, `implicit_momentum` and `learning_rate_in_force`.
+    `explicit_momentum`, `implicit_momentum`, `learning_rate_in_force` and
+    `step_backoffs`.
 
     Args:
         config: The worker's place in the cluster. None (the default) reads it from the
