@@ -34,6 +34,7 @@ With one group every gradient is current: the compiled rule applies unchanged.
 """
 
 import collections
+import copy
 from dataclasses import dataclass
 
 from omnikeras.parameter_server.step_guard import StepGuard
@@ -48,6 +49,10 @@ MIN_MOMENTUM = -0.3
 # the staleness of groups taking turns, `g - 1`, as if measured over `PRIOR_UPDATES`.
 WINDOW = 256
 PRIOR_UPDATES = 16
+
+
+# What the step guards learned, by number of groups.
+Guards = dict[int, StepGuard]
 
 
 @dataclass(frozen=True)
@@ -81,7 +86,7 @@ class AsynchronyCompensation:
         self._staleness: collections.deque[float] = collections.deque(maxlen=WINDOW)
         self._staleness_sum = 0.0
         # What the guards learned of each number of groups: a return to one keeps it.
-        self._guards: dict[int, StepGuard] = {}
+        self._guards: Guards = {}
 
     def regroup(self, num_groups: int) -> None:
         """The groups changed: the staleness is measured afresh."""
@@ -89,8 +94,15 @@ class AsynchronyCompensation:
         self._staleness.clear()
         self._staleness_sum = 0.0
 
-    def weights_replaced(self) -> None:
-        """The weights were put back (a snapshot restored): their gradients start afresh."""
+    def guards(self) -> Guards:
+        """A copy of what the guards learned, to keep with a snapshot of the weights."""
+        return copy.deepcopy(self._guards)
+
+    def weights_replaced(self, guards: Guards | None = None) -> None:
+        """The weights were put back (a snapshot restored): their gradients start afresh,
+        under the `guards` kept with those weights where given."""
+        if guards is not None:
+            self._guards = copy.deepcopy(guards)
         for guard in self._guards.values():
             guard.restart()
 

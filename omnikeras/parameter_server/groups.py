@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from omnikeras.parameter_server import parallel
-from omnikeras.parameter_server.compensation import AsynchronyCompensation, InForce
+from omnikeras.parameter_server.compensation import AsynchronyCompensation, Guards, InForce
 from omnikeras.parameter_server.errors import (
     Aborted,
     Dropped,
@@ -113,6 +113,10 @@ class GroupCoordinator:
         # Gradients computed before this version belong to weights a restore replaced.
         self._restored_at = 0
         self._snapshots: dict[str, Arrays] = {}
+        # What compensation's step guards had learned when each snapshot was saved, so that
+        # every restore of one (each of the tuner's trials) starts from the same caps. Kept
+        # in memory only: a restarted server's compensation starts afresh anyway.
+        self._snapshot_guards: dict[str, Guards] = {}
         # Sampling every update costs the update path tens of microseconds: on request.
         self.measure_momentum = measure_momentum
         # Made at the first update after a change of layout, momentum or weights.
@@ -515,12 +519,14 @@ class GroupCoordinator:
                     f"({sorted(self._snapshots)})"
                 )
             self._snapshots[name] = self.model.snapshot()
+            self._snapshot_guards[name] = self._compensation.guards()
             return self.model.version
 
     def delete_snapshot(self, name: str) -> int:
         with self._cond:
             if self._snapshots.pop(name, None) is None:
                 raise NotFound(f"no snapshot named {shown(name)}; saved: {sorted(self._snapshots)}")
+            self._snapshot_guards.pop(name, None)
             return self.model.version
 
     def restore_snapshot(self, name: str) -> int:
@@ -540,7 +546,7 @@ class GroupCoordinator:
             )
             self._restored_at = self.model.version
             self._meter = None
-            self._compensation.weights_replaced()
+            self._compensation.weights_replaced(self._snapshot_guards.get(name))
             return self.model.version
 
     # Stats and checkpoints ----------------------------------------------------------------
@@ -579,11 +585,14 @@ class GroupCoordinator:
         if not self.model.initialized:
             return {}
         rule = self._rule_in_force()
+        compiled = self.model.hyperparameters
+        compiled_step = compiled.learning_rate_at(self.model.iterations) / (1 - compiled.momentum)
         return {
             "momentum_in_force": rule.momentum,
             "learning_rate_in_force": rule.learning_rate,
             "implicit_momentum": rule.implicit_momentum,
             "step_backoffs": self._compensation.backoffs,
+            "step_share": rule.learning_rate / (1 - rule.momentum) / compiled_step if compiled_step > 0 else 1.0,
         }
 
     def _batch_stats(self, group: int, occupied: set[int]) -> dict:
@@ -625,6 +634,7 @@ class GroupCoordinator:
             self._batches_handed_out = state.next_batch
             self._batch_of_group.clear()
             self._snapshots = dict(state.snapshots)
+            self._snapshot_guards.clear()
             self._cond.notify_all()
 
 

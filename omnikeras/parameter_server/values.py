@@ -144,6 +144,7 @@ class Stats:
     learning_rate_in_force: float = math.nan
     implicit_momentum: float = math.nan
     step_backoffs: int = 0
+    step_share: float = math.nan
 
     @classmethod
     def from_proto(cls, reply: pb.StatsReply) -> "Stats":
@@ -164,6 +165,7 @@ class Stats:
             reply.learning_rate_in_force,
             reply.implicit_momentum,
             reply.step_backoffs,
+            reply.step_share,
         )
 
     def to_proto(self) -> pb.StatsReply:
@@ -184,6 +186,7 @@ class Stats:
             learning_rate_in_force=self.learning_rate_in_force,
             implicit_momentum=self.implicit_momentum,
             step_backoffs=self.step_backoffs,
+            step_share=self.step_share,
         )
 
 

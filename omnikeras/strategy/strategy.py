@@ -41,8 +41,8 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
     momentum comes down, and cap that step while the staleness makes it unstable: a
     warm-up that grows while the training loss improves, halved where the loss climbs
     (see `omnikeras.parameter_server.compensation`). The chief's epoch `logs` carry
-    `explicit_momentum`, `implicit_momentum`, `learning_rate_in_force` and
-    `step_backoffs`.
+    `explicit_momentum`, `implicit_momentum`, `learning_rate_in_force`,
+    `step_backoffs` and `step_share` (the share of the compiled step the cap allows).
 
     Args:
         config: The worker's place in the cluster. None (the default) reads it from the

@@ -190,14 +190,16 @@ class ClusterWorker:
 
     def rule_in_force(self) -> dict[str, float]:
         """The first server's rule at its next update, for `logs`: the explicit momentum
-        and learning rate in force (compensated, with more than one group) and the
-        momentum the staleness adds."""
+        and learning rate in force (compensated, with more than one group), the momentum
+        the staleness adds, the cap's halvings and the share of the compiled step it
+        allows."""
         stats = self.client.stats()[0]
         return {
             "explicit_momentum": stats.momentum_in_force,
             "implicit_momentum": stats.implicit_momentum,
             "learning_rate_in_force": stats.learning_rate_in_force,
             "step_backoffs": stats.step_backoffs,
+            "step_share": stats.step_share,
         }
 
     def change_update_rule(self, **changes: Any) -> None:

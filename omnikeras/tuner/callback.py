@@ -128,14 +128,15 @@ class OmnivoreCallback(keras.callbacks.Callback):
             architecture, self.model.count_params(), worker.batch_size, worker.examples, self.target_loss
         )
         study = open_study(self.storage, name, warmup_steps=self.budget // 4)
+        hyperparameters = worker.client.describe().hyperparameters
         study.set_user_attr(records.MODEL, {
             "architecture": architecture,
             "parameters": self.model.count_params(),
             "batch_size": worker.batch_size,
             "examples": worker.examples,
             "target_loss": self.target_loss,
+            "compensate_asynchrony": hyperparameters.compensate_asynchrony,
         })
-        hyperparameters = worker.client.describe().hyperparameters
         assert worker.place is not None, "the worker registers before training begins"
         compiled = Config(worker.place.num_groups, hyperparameters.learning_rate, hyperparameters.momentum)
         # Under the strategy an epoch is a pass over the data, whose steps Keras does not know.
@@ -151,6 +152,7 @@ class OmnivoreCallback(keras.callbacks.Callback):
         self._tuner = Tuner(
             cluster, study, settings, compiled, hardware,
             say=lambda line: print(line, flush=True), clock=lambda: time.monotonic() - self._started,
+            compensated=hyperparameters.compensate_asynchrony,
         )
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
@@ -214,6 +216,9 @@ class _StrategyCluster:
         for group in self._client.stats()[0].groups:
             total.update(dict(group.staleness_histogram))
         return total
+
+    def step_share(self) -> float:
+        return self._client.stats()[0].step_share
 
     def probe_loss(self) -> float:
         x, y, sample_weight = self._probe

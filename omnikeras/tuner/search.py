@@ -23,6 +23,17 @@ trials differ by chance alone. The phase ends with the best configuration it tri
 where that beats the incumbent by more than that spread (`KEEP_MARGIN` at least); else
 with the incumbent: a short trial's noise does not move training off settings that work.
 
+With compensated asynchrony (the server's default with more than one group) a
+configuration's momentum is the total the server keeps, whatever the groups, and the
+search starts from the compensated configuration instead of a cold grid: phase 0 tries
+nothing and returns the compiled learning rate and momentum at the most asynchronous
+number of groups worth having (compensation keeps the statistical efficiency of an
+update, so the hardware's timing decides the groups). Later phases try few candidates
+around the current configuration, so that each trial is long enough for momentum to
+act: the learning rate half a decade either way, then the best's momentum half a grid
+step either way. Compensation takes asynchrony's momentum out, so no number of groups
+is given up for bringing too much of it.
+
 A phase stops after `max_trials` trials: the candidates come most promising first, so a
 short run drops the least promising rather than overrun its tuning budget.
 
@@ -94,6 +105,8 @@ class OmnivoreSearch:
         compiled: The configuration the model was compiled with: phase 0 tries it first.
         learning_rates: The cold start's learning rates.
         momenta: The explicit momenta tried at each number of groups.
+        compensated: The server compensates asynchrony: momenta are totals, and each
+            phase searches around the compensated configuration.
 
     Example:
 
@@ -108,6 +121,7 @@ class OmnivoreSearch:
         compiled: Config,
         learning_rates: tuple[float, ...] = (0.1, 0.01, 0.001, 0.0001),
         momenta: tuple[float, ...] = (0.0, 0.3, 0.6, 0.9),
+        compensated: bool = False,
     ) -> None:
         if num_workers < 1:
             raise ValueError(f"num_workers must be at least 1, got {num_workers}")
@@ -115,6 +129,7 @@ class OmnivoreSearch:
         self.compiled = compiled
         self.learning_rates = tuple(sorted(learning_rates, reverse=True))
         self.momenta = tuple(sorted(momenta))
+        self.compensated = compensated
         self.results: dict[Config, Outcome] = {}
         self._max_trials: int | None = None
         self._trials = 0
@@ -140,7 +155,15 @@ class OmnivoreSearch:
         self._max_trials = max_trials
         self._trials, self._incumbent, self._spread = 0, None, 0.0
         groups = self._divisor_at_most(start_groups)
-        if index == 0 and current is None:
+        cold = index == 0 and current is None
+        # With one group compensation changes nothing: the prototype's search is exact.
+        if self.compensated and groups > 1:
+            if cold:
+                return Config(groups, self.compiled.learning_rate, self.compiled.momentum)
+            assert current is not None
+            yield from self._around(current)
+            return self.best()
+        if cold:
             yield from self._try_incumbent(self.compiled)
             # What asynchrony's momentum suggests comes before the synchronous sweep: a
             # short budget keeps these, the most promising where more groups pay.
@@ -158,6 +181,10 @@ class OmnivoreSearch:
     def planned_trials(self, start_groups: int, cold_start: bool) -> int:
         """About how many trials a phase takes, the budget's unit: the cold start's, one
         momentum grid with refinement, and one halving of the groups."""
+        if self.compensated and self._divisor_at_most(start_groups) > 1:
+            # None in the cold start; later the incumbent twice, two learning rates and one
+            # momentum (the other is often out of range).
+            return 0 if cold_start else 5
         grid = len(self.momenta) * 2 + 2
         halvings = 1 if self._divisor_at_most(start_groups) > 1 else 0
         return (2 + len(self.learning_rates) + 2 if cold_start else 2) + grid * (1 + halvings)
@@ -191,6 +218,19 @@ class OmnivoreSearch:
         if second.usable:
             self._spread = abs(first.time_to_target - second.time_to_target) / min(first.time_to_target, second.time_to_target)
             self.results[config] = min(first, second, key=lambda outcome: outcome.time_to_target)
+
+    def _around(self, incumbent: Config) -> Generator[Config, Outcome, None]:
+        """The compensated search: few candidates, so that each trial is long enough to
+        tell them apart. The incumbent, its learning rate half a decade either way, then
+        the best's momentum half a grid step either way."""
+        yield from self._try_incumbent(incumbent)
+        groups, momentum = incumbent.num_groups, incumbent.momentum
+        half_decade = math.sqrt(10)
+        for lr in (incumbent.learning_rate * half_decade, incumbent.learning_rate / half_decade):
+            yield from self._try(Config(groups, lr, momentum))
+        best = self._best_at(groups)
+        if best is not None:
+            yield from self._refine_momentum(best)
 
     def _cold_start(self) -> Generator[Config, Outcome, float]:
         momentum = self.momenta[-1]
@@ -227,10 +267,14 @@ class OmnivoreSearch:
             # Asynchrony alone brings more momentum than is best: fewer groups.
             groups = self._divisor_at_most(groups // 2)
         if best is not None:
-            step = (self.momenta[-1] - self.momenta[0]) / (len(self.momenta) - 1) / 2
-            for momentum in (best.momentum - step, best.momentum + step):
-                if 0 <= momentum < 1:
-                    yield from self._try(Config(groups, best.learning_rate, round(momentum, 6)))
+            yield from self._refine_momentum(best)
+
+    def _refine_momentum(self, best: Config) -> Generator[Config, Outcome, None]:
+        """The best's momentum half a grid step either way."""
+        step = (self.momenta[-1] - self.momenta[0]) / (len(self.momenta) - 1) / 2
+        for momentum in (best.momentum - step, best.momentum + step):
+            if 0 <= momentum < 1:
+                yield from self._try(Config(best.num_groups, best.learning_rate, round(momentum, 6)))
 
     def _momenta_by_promise(self, groups: int) -> list[float]:
         """The grid's momenta, those that bring the total (with asynchrony's 1 - 1/g)

@@ -4,7 +4,12 @@ A tuning phase saves a snapshot of the weights and measures its loss on a fixed 
 batch. With several worker processes it first times the numbers of groups that divide
 them, largest first (a few steps each, from the snapshot), until it knows the largest
 that is at least 10% faster per update than the next fewer (the prototype's rule), and
-starts the search there. Then each configuration the search yields runs as a trial from
+starts the search there. With compensated asynchrony the cold start ends there, with the
+compiled settings (`OmnivoreSearch`), and before the first trials at a number of groups
+the tuner trains there until compensation's step cap has warmed up (`SETTLED_SHARE`), and
+takes the phase's snapshot then: a trial from a cold cap would measure the cap's warm-up,
+not its configuration, and the server keeps each snapshot's caps with it, so that every
+trial starts from the same ones. Then each configuration the search yields runs as a trial from
 the snapshot, for as many updates per group as every other trial; its final weights are
 measured on the probe batch, and the convergence-time model turns the two losses, the
 updates and the seconds into a time to the target loss (once the probe loss is there, to
@@ -13,7 +18,8 @@ best trial's weights carry on with its configuration for a training phase, after
 the next tuning phase starts.
 
 The phase's trials are sized to the run: with `fit`'s length known, tuning takes at most
-`tuning_overhead` of the planned training time (most of it in phase 0), trials shrink to
+`tuning_overhead` of the planned training time (most of it in the first phase that runs
+trials), trials shrink to
 fit, and below `min_trial_steps` the search drops its least promising candidates. A
 pruned or diverged trial never becomes the best, and never provides the weights that
 carry on. When `fit` ends, the weights are the best reached, never an interrupted trial's.
@@ -46,8 +52,15 @@ DIVERGENCE_FACTOR = 3.0
 REPORT_EVERY = 5
 # The loss curve kept in the study, one point this often, in steps.
 CURVE_EVERY = 10
-# Shares of the tuning budget: phase 0 (the cold start) and each later phase.
+# Shares of the tuning budget: the first phase that runs trials and each later one.
 _FIRST_PHASE_SHARE, _LATER_PHASE_SHARE = 0.6, 0.2
+# With compensation, the first trials at a number of groups wait until its step cap
+# allows this share of the compiled step, has halved it (found its edge), or this many
+# updates have passed: a trial during the warm-up measures the warm-up.
+SETTLED_SHARE = 0.5
+MAX_SETTLING_UPDATES = 2000
+# The cap's share is read this often while settling, in steps.
+SETTLING_CHECK_EVERY = 5
 
 
 class TuningCluster(Protocol):
@@ -72,6 +85,10 @@ class TuningCluster(Protocol):
 
     def probe_loss(self) -> float:
         """The loss of the current weights on the fixed probe batch."""
+
+    def step_share(self) -> float:
+        """The share of the compiled effective step that compensation's cap allows (1
+        without compensation or with one group)."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +142,17 @@ class _Timing:
 
 
 @dataclass
+class _Settling:
+    # Training at these groups until their step cap has warmed up; then the search.
+    groups: int
+    # When settling began, in `Step.seconds`.
+    began: float
+    started_at: int | None = None
+    share: float = 0.0
+    steps: int = 0
+
+
+@dataclass
 class _Trial:
     config: Config
     trial: optuna.trial.Trial
@@ -147,6 +175,8 @@ class Tuner:
         say: Where the tuner's decisions are reported.
         clock: Seconds since `fit` began, as in `Step.seconds`: when a trial begins,
             after the probe of the one before.
+        compensated: The server compensates asynchrony (`OmnivoreSearch`'s compensated
+            search, whose momenta are totals).
     """
 
     def __init__(
@@ -158,6 +188,7 @@ class Tuner:
         hardware: HardwareEfficiency,
         say: Callable[[str], None],
         clock: Callable[[], float],
+        compensated: bool = False,
     ) -> None:
         self.cluster = cluster
         self._clock = clock
@@ -165,7 +196,7 @@ class Tuner:
         self.settings = settings
         self.hardware = hardware
         self.convergence = ConvergenceTimeModel(settings.target_loss, hardware)
-        self.search = OmnivoreSearch(cluster.devices, compiled)
+        self.search = OmnivoreSearch(cluster.devices, compiled, compensated=compensated)
         self._say = say
         self.current = compiled
         earlier = PhaseRecord.read_all(study)
@@ -178,7 +209,7 @@ class Tuner:
         self._last_seconds: float | None = None
         self._probe_seconds = 0.0
         self._tuning_spent = 0.0
-        self._state: _Timing | _Trial | float | None = None  # a float: train until then
+        self._state: _Timing | _Settling | _Trial | float | None = None  # a float: train until then
         self._phase: Phase | None = None
         self._best: tuple[Config, Outcome] | None = None
         self._start_loss = math.nan
@@ -186,6 +217,10 @@ class Tuner:
         self._trial_steps = settings.max_trial_steps
         self._phase_started = 0.0
         self._curve: list[list[float]] = []
+        # The numbers of groups whose step cap has warmed up before a phase's trials.
+        self._settled: set[int] = set()
+        # Whether a phase ran trials yet.
+        self._searched = False
         self.decision: dict[str, float] = {
             "omnivore_groups": compiled.num_groups,
             "omnivore_momentum": compiled.momentum,
@@ -212,6 +247,8 @@ class Tuner:
         state = self._state
         if isinstance(state, _Timing):
             self._timing_step(state, step)
+        elif isinstance(state, _Settling):
+            self._settling_step(state, step)
         elif isinstance(state, _Trial):
             self._trial_step(state, step)
         elif state is None and self._steps >= self.settings.warmup_steps:
@@ -226,7 +263,10 @@ class Tuner:
         if isinstance(state, _Trial):
             self._record(state, math.nan, updates=0, seconds=math.nan, interrupted=True)
             self.study.tell(state.trial, state=optuna.trial.TrialState.PRUNED)
-        if isinstance(state, _Trial | _Timing):
+        if isinstance(state, _Settling):
+            # Training while the cap warms up: its weights are kept, with its settings.
+            self.current = Config(state.groups, self.current.learning_rate, self.current.momentum)
+        elif isinstance(state, _Trial | _Timing):
             best = self._best is not None and self._best[0] == self.current
             self.cluster.restore_snapshot(BEST_SNAPSHOT if best else PHASE_SNAPSHOT)
             self._apply(self.current)
@@ -236,7 +276,7 @@ class Tuner:
     # Phases -------------------------------------------------------------------------------
 
     def _start_phase(self, now: float) -> None:
-        budget = self._phase_budget(self._phase_index + 1)
+        budget = self._phase_budget()
         if budget is not None and budget <= 0:
             self._state = math.inf  # the tuning budget is spent: train to the end
             return
@@ -244,6 +284,14 @@ class Tuner:
         self._phase_started = now
         self._best = None
         self.cluster.save_snapshot(PHASE_SNAPSHOT)
+        self._set_start_loss()
+        self._measured = {}
+        if len(self._choices()) > 1:
+            self._begin_timing(_Timing(sorted(self._choices(), reverse=True), restored_at=-1))
+        else:
+            self._begin_search(1, now)
+
+    def _set_start_loss(self) -> None:
         self._start_loss = self._timed_probe()
         # Once the probe loss is at the target, trials are ranked by how soon they halve it:
         # the time to any loss below the start ranks them by the same rate.
@@ -251,11 +299,6 @@ class Tuner:
         self.convergence = ConvergenceTimeModel(
             target if not self._start_loss <= target else self._start_loss / 2, self.hardware
         )
-        self._measured = {}
-        if len(self._choices()) > 1:
-            self._begin_timing(_Timing(sorted(self._choices(), reverse=True), restored_at=-1))
-        else:
-            self._begin_search(1, now)
 
     def _begin_timing(self, timing: _Timing) -> None:
         timing.restored_at = self.cluster.restore_snapshot(PHASE_SNAPSHOT)
@@ -285,11 +328,55 @@ class Tuner:
             f"omnivore phase {self._phase_index}: seconds per update "
             + ", ".join(f"{s:.3g} with {g}" for g, s in sorted(self._measured.items()))
             + f" groups: searching from {start} group{'s' * (start > 1)}"
+            + (", compensated (momenta are totals)" if self.search.compensated and start > 1 else "")
         )
         self._begin_search(start, step.seconds)
 
+    def _settle(self, groups: int, now: float) -> None:
+        """Trains at `groups` with the current settings until their step cap has warmed up
+        (at once where it has); the phase's snapshot and trials follow."""
+        self.cluster.restore_snapshot(PHASE_SNAPSHOT)
+        self._apply(Config(groups, self.current.learning_rate, self.current.momentum))
+        self._state = _Settling(groups, began=now)
+
+    def _settling_step(self, settling: _Settling, step: Step) -> None:
+        if settling.started_at is None:
+            settling.started_at = step.update
+        settling.steps += 1
+        if settling.steps % SETTLING_CHECK_EVERY:
+            return
+        share = self.cluster.step_share()
+        updates = step.update - settling.started_at
+        halved = share < settling.share
+        if settling.steps == SETTLING_CHECK_EVERY and share < SETTLED_SHARE:
+            self._say(
+                f"omnivore phase {self._phase_index}: training with {settling.groups} groups while compensation's step"
+                f" cap warms up (at {share:.2g} of the compiled step; the trials start at {SETTLED_SHARE:g}, at its"
+                f" first halving, or after {MAX_SETTLING_UPDATES} updates)"
+            )
+        settling.share = share
+        if share < SETTLED_SHARE and not halved and updates < MAX_SETTLING_UPDATES:
+            return
+        if settling.steps > SETTLING_CHECK_EVERY:
+            self._say(
+                f"omnivore phase {self._phase_index}: the step cap allows {share:.2g} of the compiled step after"
+                f" {updates} updates{' (halved)' if halved else ''}: searching"
+            )
+        # Training, not tuning: the phase's snapshot starts here, and its budget leaves the
+        # settling out.
+        self.cluster.save_snapshot(PHASE_SNAPSHOT)
+        self._set_start_loss()
+        self._phase_started += step.seconds - settling.began
+        self._settled.add(settling.groups)
+        self._begin_search(settling.groups, step.seconds)
+
     def _begin_search(self, start_groups: int, now: float) -> None:
         cold = self._phase_index == self._first_phase and self._resumed_from is None
+        # The compensated cold start runs no trials: it only chooses the groups.
+        trials_ahead = not (cold and self.search.compensated)
+        if trials_ahead and self.search.compensated and start_groups > 1 and start_groups not in self._settled:
+            self._settle(start_groups, now)
+            return
         current = None if cold else (self._resumed_from if self._phase_index == self._first_phase else self.current)
         planned = self.search.planned_trials(start_groups, cold)
         self._trial_steps, max_trials = self._trial_size(planned, now)
@@ -402,8 +489,15 @@ class Tuner:
             # Nothing tried did better than nothing: keep training as before.
             self._say(f"omnivore phase {self._phase_index}: no configuration made progress; keeping {records.words(self.current)}")
             chosen = self.current
-        best = self._best is not None and self._best[0] == chosen
-        self.cluster.restore_snapshot(BEST_SNAPSHOT if best else PHASE_SNAPSHOT)
+        trials = len(self.search.results)
+        self._searched = self._searched or trials > 0
+        if trials:
+            best = self._best is not None and self._best[0] == chosen
+            self.cluster.restore_snapshot(BEST_SNAPSHOT if best else PHASE_SNAPSHOT)
+        else:
+            # Chosen from the timing alone: training goes on from the phase's snapshot, as
+            # after any timing run.
+            self.cluster.restore_snapshot(PHASE_SNAPSHOT)
         self._apply(chosen)
         self.current = chosen
         training_seconds = tuning_seconds * (1 - self.settings.tuning_overhead) / self.settings.tuning_overhead
@@ -418,10 +512,14 @@ class Tuner:
             "omnivore_measured_spu": chosen_record.measured_seconds_per_update if chosen_record else math.nan,
         }
         PhaseRecord(self._phase_index, chosen, tuning_seconds, training_seconds, dict(self._measured)).write(self.study)
-        trials = len(self.search.results)
+        how = (
+            f"{trials} trial{'s' * (trials != 1)} of {self._trial_steps} steps"
+            if trials
+            else "compensated: the compiled settings at the most groups worth having, from the timing alone"
+        )
         self._say(
-            f"omnivore phase {self._phase_index}: {records.words(chosen)} (tuned in {tuning_seconds:.1f} s, {trials} trial"
-            f"{'s' * (trials != 1)} of {self._trial_steps} steps; next tuning in {training_seconds:.0f} s)"
+            f"omnivore phase {self._phase_index}: {records.words(chosen)} (tuned in {tuning_seconds:.1f} s, {how};"
+            f" next tuning in {training_seconds:.0f} s)"
         )
 
     # Helpers ------------------------------------------------------------------------------
@@ -436,22 +534,24 @@ class Tuner:
         self._probe_seconds = time.monotonic() - started
         return loss
 
-    def _phase_budget(self, index: int) -> float | None:
-        """Seconds phase `index` may tune for; None when `fit`'s length is unknown."""
+    def _phase_budget(self) -> float | None:
+        """Seconds the phase starting may tune for; None when `fit`'s length is unknown."""
         if self.settings.planned_steps is None:
             return None
         total = self.settings.tuning_overhead * self.settings.planned_steps * self._seconds_per_step()
-        share = _FIRST_PHASE_SHARE if index == self._first_phase else _LATER_PHASE_SHARE
+        # The first phase that runs trials gets the first share: with compensation the
+        # cold start runs none.
+        share = _LATER_PHASE_SHARE if self._searched else _FIRST_PHASE_SHARE
         return min(share * total, total - self._tuning_spent)
 
     def _trial_size(self, planned_trials: int, now: float) -> tuple[int, int | None]:
         """Steps per trial and the most trials, to stay within the phase's budget."""
-        budget = self._phase_budget(self._phase_index)
+        budget = self._phase_budget()
         if budget is None:
             return self.settings.max_trial_steps, None
         left = budget - (now - self._phase_started)
         step = self._seconds_per_step()
-        steps = int((left / planned_trials - self._probe_seconds) / step)
+        steps = int((left / max(planned_trials, 1) - self._probe_seconds) / step)
         if steps >= self.settings.min_trial_steps:
             return min(steps, self.settings.max_trial_steps), None
         # Too short to tell anything: fewer candidates, the least promising dropped.

@@ -129,19 +129,29 @@ def test_the_meter_finds_the_momentum_in_force_with_and_without_compensation(com
     assert stats.total_momentum == pytest.approx(lag / (1 + lag), abs=0.03)
 
 
-def test_a_restored_server_measures_afresh_and_a_restored_snapshot_keeps_the_layouts_step() -> None:
+def test_a_restored_snapshot_brings_back_its_caps_and_a_restored_server_measures_afresh() -> None:
     rule = Hyperparameters(0.01, momentum=0.9)
     coordinator = GroupCoordinator(ModelState(rule), num_groups=2)
     coordinator.initialize({"w": np.ones(DIM, np.float32)}, rule)
-    coordinator.save_snapshot("start")
+    cold_share = _safe_share(1, 0.9)
+    coordinator.save_snapshot("cold")
     _turns(coordinator, 2, updates=400)
     warmed = coordinator.stats()
     assert warmed.learning_rate_in_force / (1 - warmed.momentum_in_force) == pytest.approx(0.1)
-    coordinator.restore_snapshot("start")
-    assert coordinator.stats().learning_rate_in_force == pytest.approx(warmed.learning_rate_in_force)
+    assert warmed.step_share == pytest.approx(1.0)
+    coordinator.save_snapshot("warm")
+    # Every trial from one snapshot starts under the caps it was saved with.
+    coordinator.restore_snapshot("cold")
+    assert coordinator.stats().step_share == pytest.approx(cold_share)
+    coordinator.restore_snapshot("warm")
+    assert coordinator.stats().step_share == pytest.approx(1.0)
     coordinator.restore(coordinator.checkpoint_state())
     fresh = coordinator.stats()
-    assert fresh.learning_rate_in_force / (1 - fresh.momentum_in_force) == pytest.approx(0.1 * _safe_share(1, 0.9))
+    assert fresh.learning_rate_in_force / (1 - fresh.momentum_in_force) == pytest.approx(0.1 * cold_share)
+    assert fresh.step_share == pytest.approx(cold_share)
+    # The checkpoint kept the snapshots' weights but not their caps: fresh ones.
+    coordinator.restore_snapshot("warm")
+    assert coordinator.stats().step_share == pytest.approx(cold_share)
 
 
 def test_a_climbing_loss_halves_the_step_on_the_server() -> None:
@@ -154,6 +164,7 @@ def test_a_climbing_loss_halves_the_step_on_the_server() -> None:
     stats = coordinator.stats()
     assert stats.step_backoffs == 1
     assert stats.learning_rate_in_force / (1 - stats.momentum_in_force) == pytest.approx(0.05)
+    assert stats.step_share == pytest.approx(0.5)
 
 
 def test_the_choice_travels_in_the_hyperparameters() -> None:

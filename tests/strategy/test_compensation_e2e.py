@@ -43,4 +43,6 @@ def test_compensation_keeps_training_that_the_compiled_momentum_throws_off(tmp_p
     # the compiled 0.05 / (1 - 0.9) while the loss shows it is not stable there.
     assert logs["explicit_momentum"] < 0.9
     assert logs["learning_rate_in_force"] / (1 - logs["explicit_momentum"]) < 0.5
+    assert logs["step_share"] == pytest.approx(logs["learning_rate_in_force"] / (1 - logs["explicit_momentum"]) / 0.5)
+    assert as_compiled["logs"]["step_share"] == 1.0
     assert logs["loss"] < compensated["history"]["loss"][0]

@@ -182,6 +182,7 @@ def test_each_step_pushes_its_loss_and_the_epoch_logs_carry_the_rule_in_force(se
     assert history.history["explicit_momentum"] == [0.5, 0.5]
     assert history.history["implicit_momentum"] == [0.0, 0.0]
     assert history.history["learning_rate_in_force"] == [0.5, 0.5]
+    assert history.history["step_share"] == [1.0, 1.0]
     assert server.coordinator.hyperparameters().compensate_asynchrony
 
 

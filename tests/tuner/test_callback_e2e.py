@@ -11,6 +11,7 @@ from cluster_results import result_of
 
 from omnikeras.tuner import records
 from omnikeras.tuner.records import PhaseRecord, TrialRecord
+from omnikeras.tuner.search import Config
 
 SCRIPT = pathlib.Path(__file__).with_name("tune_script.py")
 pytestmark = pytest.mark.slow
@@ -67,10 +68,19 @@ def test_the_tuner_regroups_while_fit_runs_and_training_goes_on(tmp_path) -> Non
         "--epochs", "8", "--report",
     )
     assert run.returncode == 0, run.stderr[-3000:]
-    phase = PhaseRecord.read_all(_study(storage))[0]
+    study = _study(storage)
+    phase = PhaseRecord.read_all(study)[0]
     # Timed at 1 and at 2 groups: the layout changed twice while the workers trained.
     assert set(phase.seconds_per_update) == {1, 2}
     assert "seconds per update" in run.stdout
+    cold_start_trials = [t for t in study.trials if t.user_attrs.get("phase") == 0]
+    if "searching from 2 groups, compensated (momenta are totals)" in run.stdout:
+        # Compensated (the default): the compiled settings at 2 groups, from the timing alone.
+        assert phase.config == Config(2, pytest.approx(0.01), pytest.approx(0.9))
+        assert not cold_start_trials and "from the timing alone" in run.stdout
+    else:
+        assert "searching from 1 group" in run.stdout
+        assert cold_start_trials, "one group pays most: the prototype's cold start, which compensation leaves as it is"
     chief = result_of(run.stdout)
     other = result_of((tmp_path / "regroup" / "worker-1.log").read_text())
     assert chief["test_accuracy"] > 0.85

@@ -141,3 +141,66 @@ def test_a_short_budget_drops_the_least_promising_candidates() -> None:
 def test_nothing_usable_returns_none() -> None:
     chosen, _ = _run(OmnivoreSearch(2, COMPILED), lambda config: Outcome(math.inf, diverged=True), start_groups=2)
     assert chosen is None
+
+
+def _compensated_bowl(best: Config, hardware: dict[int, float]):
+    """Time to target with compensated asynchrony: the momentum is the total, whatever
+    the groups, and each group's update is worth as much as a synchronous one."""
+
+    def objective(config: Config) -> Outcome:
+        updates = 100 * (1 + math.log10(config.learning_rate / best.learning_rate) ** 2 + 10 * (config.momentum - best.momentum) ** 2)
+        return Outcome(hardware[config.num_groups] * updates)
+
+    return objective
+
+
+def test_compensated_cold_start_chooses_the_compiled_settings_at_the_groups_worth_having() -> None:
+    compiled = Config(2, 0.01, 0.9)
+    search = OmnivoreSearch(4, compiled, compensated=True)
+    assert _run_without_trials(search, start_groups=4) == Config(4, 0.01, 0.9)
+    assert search.planned_trials(4, cold_start=True) == 0
+    # With one group compensation changes nothing: the prototype's cold start.
+    _, tried = _run(OmnivoreSearch(3, COMPILED, compensated=True), _compensated_bowl(COMPILED, {1: 1.0}), start_groups=2)
+    assert tried[2:5] == [Config(1, lr, 0.9) for lr in (0.1, 0.001, 0.0001)]
+
+
+def _run_without_trials(search: OmnivoreSearch, start_groups: int) -> Config | None:
+    with pytest.raises(StopIteration) as done:
+        next(search.phase(0, start_groups))
+    return done.value.value
+
+
+def test_compensated_later_phases_refine_the_learning_rate_then_the_momentum() -> None:
+    current = Config(4, 0.01, 0.9)
+    optimum = Config(4, 0.01 * 10**0.5, 0.75)
+    search = OmnivoreSearch(4, COMPILED, compensated=True)
+    chosen, tried = _run(search, _compensated_bowl(optimum, {1: 1.0, 2: 0.6, 4: 0.4}), phase=1, start_groups=4, current=current)
+    assert chosen == optimum
+    half_decade = 10**0.5
+    # The incumbent twice, its learning rate half a decade either way, then the best's
+    # momentum half a grid step down (up is out of range).
+    assert tried == [current, current, Config(4, 0.01 * half_decade, 0.9), Config(4, 0.01 / half_decade, 0.9), optimum]
+    assert search.planned_trials(4, cold_start=False) == len(tried)
+
+
+def test_compensated_search_keeps_the_groups_where_the_best_momentum_is_low() -> None:
+    # Uncompensated, a best momentum of 0 at 4 groups halves them; compensated it is a
+    # total, refined in later phases at the same groups.
+    current = Config(4, 0.01, 0.3)
+    chosen, tried = _run(
+        OmnivoreSearch(4, COMPILED, compensated=True),
+        _compensated_bowl(Config(4, 0.01, 0.15), {1: 1.0, 2: 0.6, 4: 0.4}),
+        phase=1, start_groups=4, current=current,
+    )
+    assert chosen == Config(4, 0.01, 0.15)
+    assert {c.num_groups for c in tried} == {4}
+
+
+def test_compensated_later_phases_keep_the_current_configuration_where_nothing_beats_it() -> None:
+    current = Config(4, 0.01, 0.9)
+    chosen, tried = _run(
+        OmnivoreSearch(4, COMPILED, compensated=True), _compensated_bowl(current, {1: 1.0, 2: 0.6, 4: 0.4}),
+        phase=1, start_groups=4, current=current,
+    )
+    assert chosen == current
+    assert {c.num_groups for c in tried} == {4}

@@ -18,28 +18,45 @@ from omnikeras.tuner.tuning import BEST_SNAPSHOT, PHASE_SNAPSHOT, REPORT_EVERY, 
 class SimulatedCluster:
     """A cluster whose 'weights' are their loss: each update multiplies it by a factor
     that is best at learning rate 0.03 and total momentum 0.9 (explicit plus 1 - 1/g);
-    0.1 and above diverges. Time advances by the seconds per update of the groups."""
+    0.1 and above diverges. Time advances by the seconds per update of the groups. One of
+    the chief's steps makes one such update's progress; on a compensated cluster, whose
+    total momentum is the one set whatever the groups, each group's update makes it, at
+    the share of the step that a cap warming up from 5% by `cap_growth` per update allows."""
 
-    def __init__(self, devices: int = 1, seconds_per_update: dict[int, float] | None = None) -> None:
+    def __init__(
+        self, devices: int = 1, seconds_per_update: dict[int, float] | None = None, compensated: bool = False, cap_growth: float = 1.01
+    ) -> None:
         self.devices = devices
+        self.compensated = compensated
+        self.cap_growth = cap_growth
         self.seconds_per_update = seconds_per_update or {1: 0.01}
         self.loss, self.version, self.seconds = 2.3, 0, 0.0
         self.learning_rate, self.momentum, self.groups = 0.01, 0.9, 1
-        self.snapshots: dict[str, float] = {}
+        # The loss, and the cap's warm-up, as the server keeps them with a snapshot.
+        self.snapshots: dict[str, tuple[float, int]] = {}
         self.restored: list[str] = []
         self.probes = 0
+        self.asynchronous_updates = 0
+        # Each restore's snapshot and the warm-up it brought back.
+        self.restored_warmup: list[tuple[str, int]] = []
 
     def save_snapshot(self, name: str) -> None:
-        self.snapshots[name] = self.loss
+        self.snapshots[name] = (self.loss, self.asynchronous_updates)
 
     def restore_snapshot(self, name: str) -> int:
-        self.loss = self.snapshots[name]
+        self.loss, self.asynchronous_updates = self.snapshots[name]
         self.restored.append(name)
+        self.restored_warmup.append((name, self.asynchronous_updates))
         self.version += 1
         return self.version
 
     def set_hyperparameters(self, learning_rate: float, momentum: float) -> None:
         self.learning_rate, self.momentum = learning_rate, momentum
+
+    def step_share(self) -> float:
+        if not self.compensated or self.groups == 1:
+            return 1.0
+        return min(1.0, 0.05 * self.cap_growth**self.asynchronous_updates)
 
     def set_groups(self, num_groups: int) -> None:
         self.groups = num_groups
@@ -55,9 +72,11 @@ class SimulatedCluster:
         if self.learning_rate >= 0.1:
             self.loss *= 2.0
         else:
-            total = self.momentum + 1 - 1 / self.groups
+            total = self.momentum + (0 if self.compensated else 1 - 1 / self.groups)
             quality = math.exp(-math.log10(self.learning_rate / 0.03) ** 2) * max(0.05, 1 - 3 * abs(total - 0.9))
-            self.loss = max(0.02, self.loss * (1 - 0.03 * quality))
+            progress = (1 - 0.03 * quality * self.step_share()) ** (self.groups if self.compensated else 1)
+            self.asynchronous_updates += self.groups if self.groups > 1 else 0
+            self.loss = max(0.02, self.loss * progress)
         self.version += self.groups
         self.seconds += self.seconds_per_update[self.groups] * self.groups
         return Step(self.seconds, self.version, self.loss if math.isfinite(self.loss) else math.nan)
@@ -67,7 +86,7 @@ def _tuner(cluster: SimulatedCluster, tmp_path, planned_steps: int | None = 3000
     study = open_study(storage or f"sqlite:///{tmp_path}/study.db", "test", warmup_steps=5)
     settings = TuningSettings(target_loss=0.05, max_trial_steps=20, planned_steps=planned_steps)
     return Tuner(cluster, study, settings, Config(1, 0.01, 0.9), MeasuredHardwareModel(cluster.devices),
-                 say=(said if said is not None else []).append, clock=lambda: cluster.seconds)
+                 say=(said if said is not None else []).append, clock=lambda: cluster.seconds, compensated=cluster.compensated)
 
 
 def _train(tuner: Tuner, cluster: SimulatedCluster, steps: int) -> None:
@@ -123,6 +142,31 @@ def test_several_devices_are_timed_and_the_search_starts_where_more_groups_stop_
     assert any("searching from 2 groups" in line for line in said)
     tried_groups = {records.config_of(t.params).num_groups for t in tuner.study.trials if TrialRecord.read(t).phase == 0}
     assert 2 in tried_groups and 4 not in tried_groups
+
+
+def test_with_compensation_the_cold_start_takes_the_groups_worth_having_and_later_trials_wait_for_the_cap(tmp_path) -> None:
+    cluster = SimulatedCluster(devices=4, seconds_per_update={1: 0.04, 2: 0.021, 4: 0.011}, compensated=True, cap_growth=1.002)
+    cluster.loss = 1e6  # far above its floor, so that the trials of phase 1 still make progress
+    said: list[str] = []
+    tuner = _tuner(cluster, tmp_path, planned_steps=None, said=said)
+    _train(tuner, cluster, 800)
+    first, second = PhaseRecord.read_all(tuner.study)[:2]
+    # Phase 0: the compiled settings at the most groups worth having, without trials.
+    assert first.config == Config(4, 0.01, 0.9)
+    assert not [t for t in tuner.study.trials if t.user_attrs.get("phase") == 0]
+    assert any("searching from 4 groups, compensated (momenta are totals)" in line for line in said)
+    assert any("from the timing alone" in line for line in said)
+    # Phase 1 trains on until the cap allows half the step, then every trial starts from
+    # the same cap: the incumbent twice, then the learning rate half a decade either way.
+    assert any("omnivore phase 1: training with 4 groups while compensation's step cap warms up" in line for line in said)
+    trials = [records.config_of(t.params) for t in tuner.study.trials if t.user_attrs.get("phase") == 1]
+    assert trials[:4] == [Config(4, 0.01, 0.9), Config(4, 0.01, 0.9), Config(4, 0.01 * 10**0.5, 0.9), Config(4, 0.01 / 10**0.5, 0.9)]
+    trial_warmups = [updates for name, updates in cluster.restored_warmup if name == PHASE_SNAPSHOT][-len(trials):]
+    assert len(set(trial_warmups)) == 1 and cluster.cap_growth ** trial_warmups[0] * 0.05 >= 0.5
+    # The bowl's best learning rate, at the groups that update soonest, total momentum 0.9.
+    assert (second.config.num_groups, second.config.momentum) == (4, 0.9)
+    assert second.config.learning_rate == pytest.approx(0.0316, rel=0.01)
+    assert cluster.groups == 4
 
 
 def test_timing_stops_once_the_largest_numbers_of_groups_decide(tmp_path) -> None:
@@ -207,7 +251,7 @@ def test_an_interrupted_trial_gives_way_to_the_best_weights(tmp_path) -> None:
     tuner = _tuner(cluster, tmp_path, planned_steps=None)
     # Into the cold start: a few trials done, one running.
     _train(tuner, cluster, 3 + 20 * 3 + 7)
-    best_loss = cluster.snapshots[BEST_SNAPSHOT]
+    best_loss, _ = cluster.snapshots[BEST_SNAPSHOT]
     tuner.end()
     assert cluster.restored[-1] == BEST_SNAPSHOT
     assert cluster.loss == best_loss
