@@ -30,9 +30,12 @@ nothing and returns the compiled learning rate and momentum at the most asynchro
 number of groups worth having (compensation keeps the statistical efficiency of an
 update, so the hardware's timing decides the groups). Later phases try few candidates
 around the current configuration, so that each trial is long enough for momentum to
-act: the learning rate half a decade either way, then the best's momentum half a grid
-step either way. Compensation takes asynchrony's momentum out, so no number of groups
-is given up for bringing too much of it.
+act: the learning rate half a decade up, then the best's momentum half a grid step
+either way at the same effective step (`learning_rate / (1 - momentum)`). Nothing with a
+smaller step is tried: the server's step guard brings the step down where it is
+unstable, and a short trial favours a smaller step, whose loss settles sooner to a level
+a longer run would leave behind. Compensation takes asynchrony's momentum out, so no
+number of groups is given up for bringing too much of it.
 
 A phase stops after `max_trials` trials: the candidates come most promising first, so a
 short run drops the least promising rather than overrun its tuning budget.
@@ -182,9 +185,9 @@ class OmnivoreSearch:
         """About how many trials a phase takes, the budget's unit: the cold start's, one
         momentum grid with refinement, and one halving of the groups."""
         if self.compensated and self._divisor_at_most(start_groups) > 1:
-            # None in the cold start; later the incumbent twice, two learning rates and one
-            # momentum (the other is often out of range).
-            return 0 if cold_start else 5
+            # None in the cold start; later the incumbent twice, a larger learning rate and
+            # one momentum (the other is often out of range).
+            return 0 if cold_start else 4
         grid = len(self.momenta) * 2 + 2
         halvings = 1 if self._divisor_at_most(start_groups) > 1 else 0
         return (2 + len(self.learning_rates) + 2 if cold_start else 2) + grid * (1 + halvings)
@@ -221,16 +224,22 @@ class OmnivoreSearch:
 
     def _around(self, incumbent: Config) -> Generator[Config, Outcome, None]:
         """The compensated search: few candidates, so that each trial is long enough to
-        tell them apart. The incumbent, its learning rate half a decade either way, then
-        the best's momentum half a grid step either way."""
+        tell them apart. The incumbent, its learning rate half a decade up, then the
+        best's momentum half a grid step either way at the same effective step.
+
+        Nothing with a smaller effective step is tried: the step guard brings the step
+        down where it is unstable, and a short trial favours a small step (its loss
+        settles sooner, to a level that a longer run would have left behind)."""
         yield from self._try_incumbent(incumbent)
-        groups, momentum = incumbent.num_groups, incumbent.momentum
-        half_decade = math.sqrt(10)
-        for lr in (incumbent.learning_rate * half_decade, incumbent.learning_rate / half_decade):
-            yield from self._try(Config(groups, lr, momentum))
+        groups = incumbent.num_groups
+        yield from self._try(Config(groups, incumbent.learning_rate * math.sqrt(10), incumbent.momentum))
         best = self._best_at(groups)
-        if best is not None:
-            yield from self._refine_momentum(best)
+        if best is None:
+            return
+        for momentum in self._momentum_neighbours(best.momentum):
+            # The learning rate that keeps the effective step, learning_rate / (1 - momentum).
+            learning_rate = best.learning_rate * (1 - momentum) / (1 - best.momentum)
+            yield from self._try(Config(groups, learning_rate, momentum))
 
     def _cold_start(self) -> Generator[Config, Outcome, float]:
         momentum = self.momenta[-1]
@@ -271,10 +280,13 @@ class OmnivoreSearch:
 
     def _refine_momentum(self, best: Config) -> Generator[Config, Outcome, None]:
         """The best's momentum half a grid step either way."""
+        for momentum in self._momentum_neighbours(best.momentum):
+            yield from self._try(Config(best.num_groups, best.learning_rate, momentum))
+
+    def _momentum_neighbours(self, momentum: float) -> list[float]:
+        """The momenta half a grid step either way that lie in [0, 1)."""
         step = (self.momenta[-1] - self.momenta[0]) / (len(self.momenta) - 1) / 2
-        for momentum in (best.momentum - step, best.momentum + step):
-            if 0 <= momentum < 1:
-                yield from self._try(Config(best.num_groups, best.learning_rate, round(momentum, 6)))
+        return [round(m, 6) for m in (momentum - step, momentum + step) if 0 <= m < 1]
 
     def _momenta_by_promise(self, groups: int) -> list[float]:
         """The grid's momenta, those that bring the total (with asynchrony's 1 - 1/g)

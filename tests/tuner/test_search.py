@@ -170,16 +170,23 @@ def _run_without_trials(search: OmnivoreSearch, start_groups: int) -> Config | N
     return done.value.value
 
 
-def test_compensated_later_phases_refine_the_learning_rate_then_the_momentum() -> None:
+def test_compensated_later_phases_raise_the_learning_rate_then_move_the_momentum_at_the_same_step() -> None:
     current = Config(4, 0.01, 0.9)
-    optimum = Config(4, 0.01 * 10**0.5, 0.75)
-    search = OmnivoreSearch(4, COMPILED, compensated=True)
-    chosen, tried = _run(search, _compensated_bowl(optimum, {1: 1.0, 2: 0.6, 4: 0.4}), phase=1, start_groups=4, current=current)
-    assert chosen == optimum
     half_decade = 10**0.5
-    # The incumbent twice, its learning rate half a decade either way, then the best's
-    # momentum half a grid step down (up is out of range).
-    assert tried == [current, current, Config(4, 0.01 * half_decade, 0.9), Config(4, 0.01 / half_decade, 0.9), optimum]
+    optimum = Config(4, 0.01 * half_decade * 2.5, 0.75)  # the step of 0.01 * half_decade / 0.1
+    search = OmnivoreSearch(4, COMPILED, compensated=True)
+
+    def objective(config: Config) -> Outcome:
+        step, best_step = config.learning_rate / (1 - config.momentum), optimum.learning_rate / (1 - optimum.momentum)
+        return Outcome(100 * (1 + math.log10(step / best_step) ** 2 + 10 * (config.momentum - optimum.momentum) ** 2))
+
+    chosen, tried = _run(search, objective, phase=1, start_groups=4, current=current)
+    assert chosen == Config(4, pytest.approx(optimum.learning_rate), 0.75)
+    # The incumbent twice, its learning rate half a decade up (never down: a short trial
+    # favours the smaller step), then the best's momentum half a grid step down at the
+    # same effective step (up is out of range).
+    assert tried[:3] == [current, current, Config(4, 0.01 * half_decade, 0.9)]
+    assert tried[3].momentum == 0.75 and tried[3].learning_rate == pytest.approx(optimum.learning_rate)
     assert search.planned_trials(4, cold_start=False) == len(tried)
 
 
@@ -192,7 +199,7 @@ def test_compensated_search_keeps_the_groups_where_the_best_momentum_is_low() ->
         _compensated_bowl(Config(4, 0.01, 0.15), {1: 1.0, 2: 0.6, 4: 0.4}),
         phase=1, start_groups=4, current=current,
     )
-    assert chosen == Config(4, 0.01, 0.15)
+    assert chosen is not None and chosen.momentum == 0.15
     assert {c.num_groups for c in tried} == {4}
 
 
