@@ -30,6 +30,16 @@ def _leftovers(tmp_path: pathlib.Path) -> list[str]:
     return [line for line in namespaces.splitlines() if line.startswith("omnikeras-")] + groups + processes.split()
 
 
+def _remove(launcher_pid: int, tmp_path: pathlib.Path) -> None:
+    """Kills what a launcher that did not stop left behind, and its namespaces."""
+    for pattern in (str(tmp_path), str(SCRIPT)):
+        subprocess.run(["pkill", "-9", "-f", pattern], check=False)
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+    for name in namespaces:
+        if name.startswith(f"omnikeras-{launcher_pid}-"):
+            subprocess.run(["ip", "netns", "delete", name], check=False)
+
+
 @pytest.fixture(scope="module")
 def undisturbed(tmp_path_factory) -> tuple[pathlib.Path, subprocess.CompletedProcess[str]]:
     """A run on the mixed cluster without faults."""
@@ -88,7 +98,12 @@ def test_ctrl_c_removes_the_namespace_cgroups_and_processes(tmp_path) -> None:
         time.sleep(0.2)
     # Interrupted while a host is frozen: it is thawed, then stopped.
     launcher.send_signal(signal.SIGINT)
-    _, stderr = launcher.communicate(timeout=120)
+    try:
+        _, stderr = launcher.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        # Left running, its processes would slow every later test of the suite.
+        _remove(launcher.pid, tmp_path)
+        raise
     assert launcher.returncode == 130
     assert "interrupted" in stderr
     assert _leftovers(tmp_path) == []
