@@ -1,13 +1,18 @@
 """The training script that `science.py` launches on every worker: one seed's trials.
 
-Launched with one group. Each number of groups starts with a short unrecorded trial, while
-the workers settle into the new layout. Every trial starts from the same snapshot of the
-first weights and runs `--updates` updates with its number of groups, learning rate and
-explicit momentum; the chief scores the server's weights at its last update by their loss
-on a fixed batch of training data, and prints one `TRIAL {json}` line for each trial: the
-loss, the updates, the total momentum the parameter server measured from the trial's
-updates, the mean staleness it recorded and each group's updates. A trial whose loss stops
-being finite, or that runs past `--trial-seconds`, is recorded as diverged.
+Launched with one group and compensation off. Each number of groups starts with a short
+unrecorded trial, while the workers settle into the new layout. Every trial starts from the
+same snapshot of the first weights and runs `--updates` updates with its number of groups,
+learning rate and momentum: the explicit momentum with compensation off, the compiled one
+that compensation steers towards with it on (`--compensated-momenta`, at the first learning
+rate and more than one group). The server keeps its weights at `--checkpoints` evenly
+spaced updates; the chief scores them by their loss on a fixed batch of training data: the
+last for the loss after the trial, and (by bisection, as the loss falls) the first at or
+below `--target-loss` for the updates to it. It prints one `TRIAL {json}` line for each
+trial: the loss, the updates to the target (null if not reached), the updates, the total
+momentum the parameter server measured from the trial's updates, the mean staleness it
+recorded and each group's updates. A trial whose loss stops being finite, or that runs
+past `--trial-seconds`, is recorded as diverged.
 """
 
 import argparse
@@ -33,6 +38,9 @@ parser.add_argument("--groups", required=True, help="comma-separated numbers of 
 parser.add_argument("--momenta", required=True, help="comma-separated explicit momenta")
 parser.add_argument("--updates", type=int, required=True, help="updates per trial")
 parser.add_argument("--learning-rates", required=True, help="comma-separated learning rates")
+parser.add_argument("--compensated-momenta", default="", help="comma-separated compiled momenta, compensated")
+parser.add_argument("--target-loss", type=float, required=True, help="the loss whose updates to reach are counted")
+parser.add_argument("--checkpoints", type=int, default=10, help="weights kept per trial, evenly spaced")
 parser.add_argument("--batch-size", type=int, default=64)
 parser.add_argument("--probe-examples", type=int, default=2048)
 parser.add_argument("--trial-seconds", type=float, default=300.0)
@@ -61,7 +69,7 @@ def build_model(dataset: str) -> keras.Model:
 class Trials(keras.callbacks.Callback):
     """Runs every (groups, momentum) trial from one snapshot, on the chief."""
 
-    def __init__(self, plan: list[tuple[int, float, float, bool]]) -> None:
+    def __init__(self, plan: list[tuple[int, float, float, bool, bool]]) -> None:
         super().__init__()
         self.plan = plan
         self.worker = strategy.worker
@@ -83,8 +91,10 @@ class Trials(keras.callbacks.Callback):
             self.end(diverged or timed_out)
 
     def begin(self) -> None:
-        groups, learning_rate, momentum, recorded = self.plan[0]
-        self.worker.change_update_rule(learning_rate=learning_rate, momentum=momentum)
+        groups, learning_rate, momentum, compensated, recorded = self.plan[0]
+        self.worker.change_update_rule(
+            learning_rate=learning_rate, momentum=momentum, compensate_asynchrony=compensated
+        )
         if groups != self.worker.place.num_groups:
             self.worker.client.set_groups(num_groups=groups)
         self.restored_at = self.worker.client.restore_snapshot("science-start")
@@ -99,11 +109,18 @@ class Trials(keras.callbacks.Callback):
         threading.Thread(target=self.watch, args=(self.restored_at + updates, self.ended), daemon=True).start()
 
     def watch(self, last_version: int, ended: threading.Event) -> None:
-        """Ends the trial on the server the moment it reaches its updates, whatever the
-        chief is doing: the weights then, and the server's counts, are the trial's."""
+        """Keeps the server's weights at each checkpoint and ends the trial on the server the
+        moment it reaches its updates, whatever the chief is doing: the weights then, and
+        the server's counts, are the trial's."""
+        updates = last_version - self.restored_at
+        due = [self.restored_at + math.ceil(updates * k / args.checkpoints) for k in range(1, args.checkpoints + 1)]
+        self.kept: list[int] = []
         while not ended.is_set():
-            if self.worker.client.stats()[0].model_version >= last_version:
-                self.end_version = self.worker.client.save_snapshot("science-end")
+            version = self.worker.client.stats()[0].model_version
+            if version >= due[len(self.kept)]:
+                self.worker.client.save_snapshot(f"science-at-{len(self.kept)}")
+                self.kept.append(version - self.restored_at)
+            if len(self.kept) == len(due):
                 self.after = self.server_counts()
                 ended.set()
             # A read of the server's stats costs the chief's host a share of its core:
@@ -115,17 +132,13 @@ class Trials(keras.callbacks.Callback):
     def end(self, diverged: bool) -> None:
         finished = self.ended.is_set()
         self.ended.set()
-        groups, learning_rate, momentum, recorded = self.plan.pop(0)
+        groups, learning_rate, momentum, compensated, recorded = self.plan.pop(0)
         if not recorded:
             self.begin()
             return
-        loss = math.nan
+        loss, to_target = math.nan, None
         if finished and not diverged:
-            # The chief's own weights may be a few updates past the trial's: take the
-            # server's at its end.
-            self.worker.client.restore_snapshot("science-end")
-            self.worker.assign(self.model, self.worker.client.pull().weights)
-            loss = self.probe_loss()
+            loss, to_target = self.score()
         before = self.before
         after = self.after if finished else self.server_counts()
         staleness = after["staleness"] - before["staleness"]
@@ -135,7 +148,9 @@ class Trials(keras.callbacks.Callback):
             "groups": groups,
             "learning_rate": learning_rate,
             "momentum": momentum,
+            "compensated": compensated,
             "loss": loss if math.isfinite(loss) else None,
+            "updates_to_target": to_target,
             "start_loss": self.start_loss,
             "updates": applied,
             "seconds": time.monotonic() - self.started,
@@ -147,6 +162,29 @@ class Trials(keras.callbacks.Callback):
             self.begin()
         else:
             self.model.stop_training = True
+
+    def score(self) -> tuple[float, int | None]:
+        """The loss of the trial's last weights, and the updates to the first checkpoint at
+        or below the target loss (None if none is)."""
+        losses: dict[int, float] = {}
+
+        def loss_at(k: int) -> float:
+            if k not in losses:
+                # The chief's own weights may be a few updates past the checkpoint's: take
+                # the server's.
+                self.worker.client.restore_snapshot(f"science-at-{k}")
+                self.worker.assign(self.model, self.worker.client.pull().weights)
+                losses[k] = self.probe_loss()
+            return losses[k]
+
+        last = len(self.kept) - 1
+        if not loss_at(last) <= args.target_loss:
+            return loss_at(last), None
+        low, high = -1, last  # the loss is above the target at `low` (-1: the start), at or below at `high`
+        while high - low > 1:
+            middle = (low + high) // 2
+            low, high = (low, middle) if loss_at(middle) <= args.target_loss else (middle, high)
+        return loss_at(last), self.kept[high]
 
     def server_counts(self) -> dict:
         stats = self.worker.client.stats()[0]
@@ -175,10 +213,13 @@ with strategy.scope():
     model = build_model(args.dataset)
     model.compile(optimizer=keras.optimizers.SGD(), loss="sparse_categorical_crossentropy")
 rates, momenta = [float(r) for r in args.learning_rates.split(",")], [float(m) for m in args.momenta.split(",")]
+compensated_momenta = [float(m) for m in args.compensated_momenta.split(",") if m]
 plan = []
 for g in map(int, args.groups.split(",")):
     # Unrecorded: each worker traces its step for its new share of the batch meanwhile.
-    plan.append((g, rates[0], 0.0, False))
-    plan += [(g, rate, m, True) for rate in rates for m in momenta]
+    plan.append((g, rates[0], 0.0, False, False))
+    plan += [(g, rate, m, False, True) for rate in rates for m in momenta]
+    if g > 1:
+        plan += [(g, rates[0], m, True, True) for m in compensated_momenta]
 callbacks = [Trials(plan)] if strategy.config.is_chief else []
 model.fit(x_train, y_train, batch_size=args.batch_size, epochs=10_000, callbacks=callbacks, verbose=0)

@@ -32,6 +32,19 @@ most, so that the baselines reach the target, with one group per host where asyn
 * `emulated_compensated_over_sync_updates`: the updates the compensated 8 groups took to
   the target over the synchronous run's (goal: at most 1.5).
 
+`--oracle` runs the oracle sweep on `--spec` instead: fixed configurations, g in {1, 2, 4,
+8} groups times learning rates {0.01, 0.03} times momenta {0.6, 0.9}, compensation off and
+on where g > 1, each once and each limited to the best time so far (a slower run cannot
+be the best: it stops at that limit), then the best configuration twice more (its median
+of 3 counts), then the tuned run `--repeats` times:
+
+* `emulated_omnivore_over_oracle`: `emulated_omnivore_s` over the oracle's best (goal: at
+  most 1.15).
+
+The sweep is kept in `benchmarks/oracle/<spec>.json` with its commit; full runs read it and
+print `emulated_omnivore_over_oracle` beside their other figures, until the model or the
+cluster changes and the sweep is run again.
+
 Each figure is the median of `--repeats` runs (the runs of one setting follow each other;
 single runs move by tens of seconds on a shared machine). The last line of stdout is one
 JSON object with these keys. `--quick` runs the same on digits (95% accuracy) and on two
@@ -39,6 +52,7 @@ emulated hosts of half a core, once each, for a correctness check; `--emulated-o
 leaves this host's runs out. The logs and the tuner's studies stay in `--log-dir`.
 
     .venv/bin/python benchmarks/time_to_accuracy.py [--quick] [--repeats 3] [--spec mixed --emulated-only]
+    .venv/bin/python benchmarks/time_to_accuracy.py --oracle [--spec mixed]
 """
 
 import argparse
@@ -49,11 +63,17 @@ import pathlib
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 
 from omnikeras.emulation import ClusterSpec, missing_requirements
 
 WORKER_SCRIPT = pathlib.Path(__file__).with_name("time_to_accuracy_worker.py")
 QUICK_SPEC = {"link": "1gbit", "hosts": [{"name": "half", "cpus": 0.5, "count": 2}]}
+EMULATED_MAX_SECONDS = 1200
+ORACLE_DIR = pathlib.Path(__file__).with_name("oracle")
+ORACLE_GROUPS = (8, 4, 2, 1)
+ORACLE_LEARNING_RATES = (0.01, 0.03)
+ORACLE_MOMENTA = (0.9, 0.6)
 _RESULT = re.compile(r"^(NOT )?REACHED ([\d.]+) accuracy ([\d.na]+) updates (\d+)", re.MULTILINE)
 
 
@@ -112,30 +132,41 @@ def main() -> int:
     parser.add_argument("--log-dir", type=pathlib.Path, help="default: runs/time-to-accuracy-<time>")
     parser.add_argument("--spec", default="cpu-cluster-1gbit", help="the emulated cluster (default: %(default)s)")
     parser.add_argument("--emulated-only", action="store_true", help="leave this host's runs out")
+    parser.add_argument("--oracle", action="store_true", help="the oracle sweep on --spec and the tuned run beside it")
     args = parser.parse_args()
     repeats = args.repeats or (1 if args.quick else 3)
     log_dir = args.log_dir or pathlib.Path(f"runs/time-to-accuracy-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     # A fresh directory: servers started on old checkpoints would resume from them.
     log_dir.mkdir(parents=True, exist_ok=False)
     worker = str(WORKER_SCRIPT)
+    if args.oracle and args.quick:
+        parser.error("--oracle sweeps the full run's model and cluster; it has no --quick form")
     if args.quick:
         common = ["--dataset", "digits", "--target-accuracy", "0.95", "--max-seconds", "60", "--batch-size", "32",
                   "--epochs", "20", "--check-every", "1"]
         target_loss, spec_arg = "0.15", str(log_dir / "two-halves-1gbit.json")
         pathlib.Path(spec_arg).write_text(json.dumps(QUICK_SPEC))
-        emulated = ()
+        emulated: tuple[str, ...] = ()
     else:
         common = ["--dataset", "fashion_mnist", "--target-accuracy", "0.88", "--max-seconds", "600", "--check-every", "5"]
         target_loss, spec_arg = "0.3", args.spec
         # Every emulated run plans more epochs, and gets more time, than any of them needs,
         # as users plan training: the baselines must reach the target for a ratio to count.
-        emulated = ("--epochs", "20", "--max-seconds", "1200")
+        emulated = ("--epochs", "20", "--max-seconds", str(EMULATED_MAX_SECONDS))
     hosts = len(ClusterSpec.load(spec_arg).hosts)
 
-    def launch(label: str, *options: str, tuned: bool = False, extra: tuple[str, ...] = ()) -> Outcome:
+    def launch(
+        label: str, *options: str, tuned: bool = False, extra: tuple[str, ...] = (), repeats: int = repeats
+    ) -> Outcome:
         tuning = ["--omnivore-target-loss", target_loss, "--storage", f"sqlite:///{log_dir}/{label}.db"] if tuned else []
         command = ["-m", "omnikeras", "launch", "--log-dir", str(log_dir / label), *options, worker, *common, *extra, *tuning]
         return median_of(label, command, repeats)
+
+    if args.oracle:
+        missing = missing_requirements(ClusterSpec.load(spec_arg))
+        if missing:
+            parser.error(f"the oracle sweep needs the emulated cluster: {'; '.join(missing)}")
+        return oracle_sweep(spec_arg, repeats, launch, emulated)
 
     results: dict[str, Outcome] = {}
     if not args.emulated_only:
@@ -173,10 +204,67 @@ def main() -> int:
             results[default].seconds / results["emulated_omnivore_s"].seconds, 2
         )
         _say_bound("emulated_default_over_omnivore", results, "emulated_omnivore_s", ("emulated_sync_s", "emulated_async_s"))
+        oracle_file = ORACLE_DIR / f"{ClusterSpec.load(spec_arg).name}.json"
+        if not args.quick and oracle_file.exists():
+            oracle = json.loads(oracle_file.read_text())
+            log(f"the oracle: {oracle['best']} in {oracle['best_s']} s, swept at commit {oracle['commit']}")
+            figures["emulated_omnivore_over_oracle"] = round(results["emulated_omnivore_s"].seconds / oracle["best_s"], 3)
         sync, compensated = results["emulated_sync_s"], results["emulated_compensated_s"]
         figures["emulated_compensated_over_sync_updates"] = round(compensated.updates / sync.updates, 2)
         if not (sync.reached and compensated.reached):
             log("emulated_compensated_over_sync_updates: a run did not reach the target, so the figure counts its updates until it stopped")
+    print(json.dumps(figures))
+    return 0
+
+
+def oracle_sweep(spec_arg: str, repeats: int, launch: Callable[..., Outcome], emulated: tuple[str, ...]) -> int:
+    """Every fixed configuration of the grid once, each limited to the best time so far, the
+    best one to a median of 3, then the tuned run; writes the sweep to `ORACLE_DIR`."""
+    spec = ClusterSpec.load(spec_arg)
+    hosts = len(spec.hosts)
+    grid = [
+        (groups, rate, momentum, compensated)
+        for compensated in (True, False)
+        for groups in ORACLE_GROUPS
+        if groups <= hosts and (compensated or groups > 1)
+        for rate in ORACLE_LEARNING_RATES
+        for momentum in ORACLE_MOMENTA
+    ]
+    best_s, best = float("inf"), None
+    sweep = []
+    for groups, rate, momentum, compensated in grid:
+        name = f"{groups} groups, SGD({rate}, {momentum}), compensation {'on' if compensated else 'off'}"
+        options = ("--emulate", spec_arg, "--groups", str(groups), *(() if compensated else ("--no-compensation",)))
+        extra = (*emulated, "--learning-rate", str(rate), "--momentum", str(momentum))
+        limit = min(best_s, EMULATED_MAX_SECONDS)
+        label = f"oracle-{groups}g-{rate}-{momentum}-{'on' if compensated else 'off'}"
+        outcome = launch(label, *options, extra=(*extra, "--max-seconds", f"{limit:.1f}"), repeats=1)
+        sweep.append({"configuration": name, "seconds": round(outcome.seconds, 1), "reached": outcome.reached,
+                      "limit_s": round(limit, 1)})
+        if outcome.reached and outcome.seconds < best_s:
+            best_s, best = outcome.seconds, (name, options, extra, label)
+    if best is None:
+        raise RuntimeError("no configuration of the oracle's grid reached the target")
+    name, options, extra, label = best
+    again = [launch(f"{label}-again{k}", *options, extra=extra, repeats=1) for k in range(2)]
+    best_runs_s = sorted([best_s, *(outcome.seconds for outcome in again)])
+    best_s = best_runs_s[1]
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    ORACLE_DIR.mkdir(exist_ok=True)
+    oracle_file = ORACLE_DIR / f"{spec.name}.json"
+    oracle_file.write_text(json.dumps(
+        {"spec": spec.name, "commit": commit, "best": name, "best_s": round(best_s, 1),
+         "best_runs_s": [round(seconds, 1) for seconds in best_runs_s], "sweep": sweep}, indent=1
+    ) + "\n")
+    log(f"the oracle: {name}, median {best_s:.1f} s; the sweep in {oracle_file}")
+    tuned = launch("emulated_omnivore", "--emulate", spec_arg, "--groups", str(hosts), tuned=True, extra=emulated, repeats=repeats)
+    figures = {
+        "oracle_s": round(best_s, 1),
+        "emulated_omnivore_s": round(tuned.seconds, 1),
+        "emulated_omnivore_over_oracle": round(tuned.seconds / best_s, 3),
+    }
+    if not tuned.reached:
+        log("emulated_omnivore_over_oracle: the tuned run did not reach the target, so the figure is a bound")
     print(json.dumps(figures))
     return 0
 

@@ -372,9 +372,8 @@ class Tuner:
 
     def _begin_search(self, start_groups: int, now: float) -> None:
         cold = self._phase_index == self._first_phase and self._resumed_from is None
-        # The compensated cold start runs no trials: it only chooses the groups.
-        trials_ahead = not (cold and self.search.compensated)
-        if trials_ahead and self.search.compensated and start_groups > 1 and start_groups not in self._settled:
+        # The compensated cold start runs no trials (it only chooses the groups): nothing to settle for.
+        if self.search.compensated and not cold and start_groups > 1 and start_groups not in self._settled:
             self._settle(start_groups, now)
             return
         current = None if cold else (self._resumed_from if self._phase_index == self._first_phase else self.current)
@@ -491,13 +490,8 @@ class Tuner:
             chosen = self.current
         trials = len(self.search.results)
         self._searched = self._searched or trials > 0
-        if trials:
-            best = self._best is not None and self._best[0] == chosen
-            self.cluster.restore_snapshot(BEST_SNAPSHOT if best else PHASE_SNAPSHOT)
-        else:
-            # Chosen from the timing alone: training goes on from the phase's snapshot, as
-            # after any timing run.
-            self.cluster.restore_snapshot(PHASE_SNAPSHOT)
+        best = self._best is not None and self._best[0] == chosen
+        self.cluster.restore_snapshot(BEST_SNAPSHOT if best else PHASE_SNAPSHOT)
         self._apply(chosen)
         self.current = chosen
         training_seconds = tuning_seconds * (1 - self.settings.tuning_overhead) / self.settings.tuning_overhead
