@@ -234,6 +234,8 @@ def oracle_sweep(spec_arg: str, repeats: int, launch: Callable[..., Outcome], em
     sweep = []
     for groups, rate, momentum, compensated in grid:
         name = f"{groups} groups, SGD({rate}, {momentum}), compensation {'on' if compensated else 'off'}"
+        if groups == 1:
+            name = f"1 group, SGD({rate}, {momentum})"  # nothing to compensate
         options = ("--emulate", spec_arg, "--groups", str(groups), *(() if compensated else ("--no-compensation",)))
         extra = (*emulated, "--learning-rate", str(rate), "--momentum", str(momentum))
         limit = min(best_s, EMULATED_MAX_SECONDS)
