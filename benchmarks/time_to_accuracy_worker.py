@@ -92,7 +92,8 @@ if strategy is None or strategy.config.is_chief:
     # A fixed part of the test set keeps each check short: the chief's group waits for it.
     callbacks.append(StopAtAccuracy(x_test[: args.check_examples], y_test[: args.check_examples]))
 model.fit(x_train, y_train, batch_size=args.batch_size, epochs=args.epochs, callbacks=callbacks, verbose=0)
-checker = callbacks[-1]
+# Only the chief checks: the other workers have nothing to report.
+checker = callbacks[-1] if callbacks else None
 if isinstance(checker, StopAtAccuracy) and not model.stop_training:
     accuracy = model.evaluate(checker.x, checker.y, verbose=0, batch_size=1024)[1]
     # The target may have been crossed after the last check: then it counts as reached now.

@@ -2,6 +2,7 @@
 
 import os
 import pathlib
+import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -14,6 +15,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Before anything imports Ray: every Ray cluster, driver and worker of the tests on loopback.
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+# A suite started in the background (`make test &`, nohup) inherits SIGINT ignored, and so
+# would every launcher it starts: the Ctrl-C tests would find it deaf. Handled here, SIGINT
+# reaches each child at its default, as from a terminal.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class ServerProcess:
