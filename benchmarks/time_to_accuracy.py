@@ -251,7 +251,9 @@ def oracle_sweep(spec_arg: str, repeats: int, launch: Callable[..., Outcome], em
     again = [launch(f"{label}-again{k}", *options, extra=extra, repeats=1) for k in range(2)]
     best_runs_s = sorted([best_s, *(outcome.seconds for outcome in again)])
     best_s = best_runs_s[1]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ORACLE_DIR.parent
+    ).stdout.strip()
     ORACLE_DIR.mkdir(exist_ok=True)
     oracle_file = ORACLE_DIR / f"{spec.name}.json"
     oracle_file.write_text(json.dumps(
