@@ -25,7 +25,8 @@ delay of `s` updates shrinks the largest stable step times curvature from `2 (1 
 (1 - mu)` for heavy-ball momentum `mu` to about `1.5 / (s + 0.5)`), so `StepGuard` caps
 the step for each number of groups: a warm-up from the share of the compiled step that
 stays stable wherever the compiled step was, growing while the training loss the
-workers push improves, and a halving where that loss climbs.
+workers push improves, and a halving where that loss climbs or a gradient spikes (one
+computed at weights the step threw off, which is applied at the gradients' usual size).
 
 A gradient far staler than the usual (a group that started late, or stalled) is damped:
 it keeps `OUTLIER * (1 + s) / (1 + its staleness)` of its weight, where that is below 1.
@@ -153,6 +154,14 @@ class AsynchronyCompensation:
         explicit = min(momentum, max(momentum - self.implicit_momentum, MIN_MOMENTUM))
         step = self._guard(momentum).cap(learning_rate / (1 - momentum))
         return InForce(step * (1 - explicit), explicit, self.implicit_momentum)
+
+    def share(self, magnitude: float) -> float:
+        """The share of a gradient whose sum of magnitudes is `magnitude` that the next
+        update applies (see `StepGuard.share`); all of it with one group."""
+        guard = self._guards.get(self.num_groups)
+        if self.num_groups == 1 or guard is None:
+            return 1.0
+        return guard.share(magnitude)
 
     def _guard(self, momentum: float) -> StepGuard:
         guard = self._guards.get(self.num_groups)

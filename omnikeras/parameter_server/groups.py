@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from omnikeras.parameter_server import parallel
+from omnikeras.parameter_server import parallel, tensors
 from omnikeras.parameter_server.compensation import AsynchronyCompensation, Guards, InForce
 from omnikeras.parameter_server.errors import (
     Aborted,
@@ -57,8 +57,8 @@ class _Contribution:
     gradients: dict[str, np.ndarray]
     example_count: int
     computed_at: int
-    # Each gradient's sum of magnitudes, when the caller measured it.
-    magnitudes: Mapping[str, float] | None = None
+    # Each gradient's sum of magnitudes.
+    magnitudes: Mapping[str, float]
     # The training loss of its examples, when the worker knows it.
     loss: float | None = None
 
@@ -303,8 +303,9 @@ class GroupCoordinator:
         The result carries the group layout when it changed since `known_layout`, the
         layout version the pusher last saw. `magnitudes`, each gradient's sum of
         magnitudes as the caller's finiteness check measured it, spare the update guard a
-        pass over the gradients (see `ModelState.apply`). `loss`, the training loss of the
-        gradient's examples, guards the step of compensated asynchrony.
+        pass over the gradients (see `ModelState.apply`); they are measured here when not
+        given. They and `loss`, the training loss of the gradient's examples, guard the
+        step of compensated asynchrony.
         """
         if example_count <= 0:
             raise InvalidArgument(f"example_count must be positive, got {example_count}")
@@ -326,6 +327,8 @@ class GroupCoordinator:
             if step <= worker.last_step:
                 return self._reply(known_layout, self._duplicate(worker_id, worker, step, caller_gone))
             group = worker.group
+            if magnitudes is None:
+                magnitudes = {name: tensors.abs_sum(gradient) for name, gradient in gradients.items()}
             contribution = _Contribution(gradients, example_count, computed_at, magnitudes, loss)
             worker.last_step = step
             if batch is not None and batch != self._batch(group)[0]:
@@ -423,12 +426,14 @@ class GroupCoordinator:
         ages = [self.model.version - c.computed_at for c in contributions]
         rule = self._rule_in_force()
         kept = [self._kept(age) for age in ages]
+        magnitudes = _weighted_magnitudes(contributions)
+        if self.model.hyperparameters.compensate_asynchrony:
+            share = self._compensation.share(_applied_magnitude(contributions, kept))
+            rule = dataclasses.replace(rule, learning_rate=rule.learning_rate * share)
         if self.measure_momentum:
-            self._apply_measured(contributions, rule, kept)
+            self._apply_measured(contributions, rule, kept, magnitudes)
         else:
-            self.model.apply(
-                _weighted_mean(contributions, kept), _weighted_magnitudes(contributions), rule.learning_rate, rule.momentum
-            )
+            self.model.apply(_weighted_mean(contributions, kept), magnitudes, rule.learning_rate, rule.momentum)
         # Each gradient's own staleness, by its share: the lag at which its weight lands.
         examples = sum(c.example_count for c in contributions)
         self._compensation.record(
@@ -452,14 +457,18 @@ class GroupCoordinator:
             return 1.0
         return self._compensation.weight_of(staleness)
 
-    def _apply_measured(self, contributions: list[_Contribution], rule: InForce, kept: list[float]) -> None:
+    def _apply_measured(
+        self,
+        contributions: list[_Contribution],
+        rule: InForce,
+        kept: list[float],
+        magnitudes: dict[str, float],
+    ) -> None:
         meter = self._momentum_meter()
         # Sampled before the combination, which reuses the gradients' buffers.
         examples = sum(c.example_count for c in contributions)
         gradients = [(c.computed_at, meter.sample(c.gradients), c.example_count / examples) for c in contributions]
-        self.model.apply(
-            _weighted_mean(contributions, kept), _weighted_magnitudes(contributions), rule.learning_rate, rule.momentum
-        )
+        self.model.apply(_weighted_mean(contributions, kept), magnitudes, rule.learning_rate, rule.momentum)
         meter.record(self.model.version - 1, gradients, rule.learning_rate, self.model.weights)
 
     def _momentum_meter(self) -> MomentumMeter:
@@ -643,16 +652,22 @@ def _check_groups(num_groups: int) -> None:
         raise InvalidArgument(f"num_groups must lie in [1, {MAX_GROUPS}], got {num_groups}")
 
 
-def _weighted_magnitudes(contributions: list[_Contribution]) -> dict[str, float] | None:
+def _weighted_magnitudes(contributions: list[_Contribution]) -> dict[str, float]:
     """Bounds on the magnitudes in `_weighted_mean`, from those of the members' gradients."""
-    measured = [(c.example_count, c.magnitudes) for c in contributions if c.magnitudes is not None]
-    if len(measured) < len(contributions):
-        return None
-    total = sum(count for count, _ in measured)
+    total = sum(c.example_count for c in contributions)
     return {
-        name: sum(count / total * magnitudes[name] for count, magnitudes in measured)
+        name: sum(c.example_count / total * c.magnitudes[name] for c in contributions)
         for name in contributions[0].gradients
     }
+
+
+def _applied_magnitude(contributions: list[_Contribution], kept: list[float]) -> float:
+    """The sum of magnitudes of the members' gradients as the update weighs them: by
+    example count and by the share of its weight each keeps."""
+    total = sum(c.example_count for c in contributions)
+    return sum(
+        c.example_count / total * share * sum(c.magnitudes.values()) for c, share in zip(contributions, kept)
+    )
 
 
 def _weighted_loss(contributions: list[_Contribution]) -> float | None:

@@ -12,13 +12,21 @@ level climbs past its best by a factor `DRIFT` and its noise (all measured on th
 logarithm of the loss, whose batch-to-batch noise is about a constant factor), the step
 in force is halved, held for `HOLD` updates, and the warm-up resumes at
 half its pace, so that the cap settles below the edge of stability instead of oscillating
-across it. Without losses (a worker that does not know them, or a loss that is not
-positive, such as a cosine similarity's) the cap only warms up.
+across it.
+
+A step past the edge throws the weights off within an update or two, before any average
+of the loss climbs: the gradients computed at the thrown weights are many times their
+usual size, and applied whole they throw the weights further, each group's step feeding
+the next. So a gradient whose sum of magnitudes spikes past `SPIKE` times their usual
+level (an average over `LONG` updates, of their logarithm) is applied at `SPIKE` times
+that level, and the step backs off as for a climb. Without losses (a worker that does
+not know them, or a loss that is not positive, such as a cosine similarity's) the cap
+only warms up from the losses' side.
 """
 
 import math
 
-GROWTH = 1.01
+GROWTH = 1.04
 MIN_GROWTH = 1.001
 RISE = 1.1
 DRIFT = 1.25
@@ -27,8 +35,12 @@ BACKOFF = 0.5
 SHORT = 8
 LONG = 64
 HOLD = 64
-# Losses seen before the noise is known well enough to judge a climb.
+# Losses seen before the noise is known well enough to judge a climb, and gradients seen
+# before their usual size is known well enough to judge a spike.
 SETTLE = 32
+# A gradient this many times its usual size was computed at thrown weights: the
+# batch-to-batch spread of the magnitudes is within a factor of about 2 at batch 32.
+SPIKE = 5.0
 
 _SHORT_WEIGHT = 2 / (SHORT + 1)
 _LONG_WEIGHT = 2 / (LONG + 1)
@@ -74,6 +86,10 @@ class StepGuard:
         self._seen = 0
         # Whether the loss is at its best level: the step grows only while it improves.
         self._improving = True
+        # The logarithm of the gradients' usual sum of magnitudes, over how many.
+        self._magnitude_level = 0.0
+        self._magnitudes_seen = 0
+        self._spiked = False
 
     def cap(self, step: float) -> float:
         """The step in force where the compiled effective step is `step`."""
@@ -83,9 +99,25 @@ class StepGuard:
         self._step = min(step, self._cap)
         return self._step
 
+    def share(self, magnitude: float) -> float:
+        """The share of a gradient whose sum of magnitudes is `magnitude` that the next
+        update applies: all of it, unless it spikes past `SPIKE` times the usual level."""
+        if magnitude <= 0 or not math.isfinite(magnitude):
+            return 1.0
+        level = math.log(magnitude)
+        limit = self._magnitude_level + math.log(SPIKE)
+        self._spiked = self._magnitudes_seen >= SETTLE and level > limit
+        self._magnitudes_seen += 1
+        # A spike enters the level as the size it is applied at.
+        applied = limit if self._spiked else level
+        self._magnitude_level += (applied - self._magnitude_level) / min(self._magnitudes_seen, LONG)
+        return math.exp(limit) / magnitude if self._spiked else 1.0
+
     def restart(self) -> None:
-        """The weights changed under the losses: their level is measured afresh."""
+        """The weights changed under the losses and gradients: their levels are measured
+        afresh."""
         self._short = None
+        self._magnitudes_seen = 0
         self._hold = 0
         self._improving = True
 
@@ -94,7 +126,10 @@ class StepGuard:
         loss of its gradients, None when unknown."""
         if self._cap is None:
             return
-        if loss is not None and 0 < loss < math.inf and self._climbed(math.log(loss)):
+        spiked, self._spiked = self._spiked, False
+        climbed = loss is not None and 0 < loss < math.inf and self._climbed(math.log(loss))
+        # The spikes of one throw, while the step is held, back it off once.
+        if (spiked and not self._hold) or climbed:
             self._cap = BACKOFF * self._step
             self._hold = HOLD
             self._growth = max(1 + (self._growth - 1) / 2, MIN_GROWTH)

@@ -175,3 +175,23 @@ def test_the_choice_travels_in_the_hyperparameters() -> None:
     # A message that does not say so applies the rule as it is.
     assert not Hyperparameters.from_proto(pb.Hyperparameters(learning_rate=0.05)).compensate_asynchrony
     assert math.isfinite(Hyperparameters.from_proto(off.to_proto()).learning_rate)
+
+
+def test_a_spiking_gradient_is_applied_at_the_usual_size_and_halves_the_step_on_the_server() -> None:
+    rule = Hyperparameters(0.01, momentum=0.9)
+    coordinator = GroupCoordinator(ModelState(rule), num_groups=2)
+    coordinator.initialize({"w": np.ones(DIM, np.float32)}, rule)
+    _turns(coordinator, 2, updates=400, loss=1.0)
+    before = coordinator.stats()
+    assert before.step_backoffs == 0
+    worker = coordinator.register(worker_id=1)[0]
+    version = coordinator.model.version
+    weights = coordinator.model.weights["w"].copy()
+    # Gradients computed at weights a step threw off: a hundred times the usual size.
+    thrown = 100 * np.random.default_rng(2).normal(size=DIM).astype(np.float32)
+    coordinator.push(worker, 201, version, 1, {"w": thrown.copy()}, loss=1.0)
+    moved = np.abs(coordinator.model.weights["w"] - weights).sum()
+    assert moved < 0.2 * before.learning_rate_in_force * np.abs(thrown).sum()
+    after = coordinator.stats()
+    assert after.step_backoffs == 1
+    assert after.step_share == pytest.approx(0.5 * before.step_share)

@@ -1,10 +1,10 @@
-"""The step guard on synthetic loss curves: warm-up, halving where the loss climbs, and
-no halving on noise."""
+"""The step guard on synthetic loss curves and gradient sizes: warm-up, halving where the
+loss climbs or a gradient spikes, and no halving on noise."""
 
 import numpy as np
 import pytest
 
-from omnikeras.parameter_server.step_guard import BACKOFF, GROWTH, HOLD, StepGuard
+from omnikeras.parameter_server.step_guard import BACKOFF, GROWTH, HOLD, SPIKE, StepGuard
 
 
 def _run(guard: StepGuard, losses: "list[float | None] | np.ndarray", step: float = 1.0) -> list[float]:
@@ -62,3 +62,35 @@ def test_a_restart_measures_the_loss_level_afresh() -> None:
     guard.restart()
     _run(guard, [2.0] * 50)
     assert guard.backoffs == 0
+
+
+def _admit(guard: StepGuard, magnitudes: "list[float] | np.ndarray", step: float = 1.0) -> list[float]:
+    """The shares of gradients of `magnitudes` applied, one update each, with a steady loss."""
+    shares = []
+    for magnitude in magnitudes:
+        guard.cap(step)
+        shares.append(guard.share(float(magnitude)))
+        guard.record(1.0)
+    return shares
+
+
+def test_a_gradient_that_spikes_is_applied_at_the_usual_size_and_halves_the_step() -> None:
+    guard = StepGuard(start=1.0)
+    _admit(guard, [10.0] * 100)
+    shares = _admit(guard, [100.0, 300.0, 10.0])
+    # Cut to SPIKE times the usual 10, and the step halved once for the throw.
+    assert shares[0] == pytest.approx(SPIKE * 10.0 / 100.0)
+    assert shares[1] < shares[0]
+    assert shares[2] == 1.0
+    assert guard.backoffs == 1
+    assert guard.cap(1.0) == BACKOFF
+
+
+def test_noisy_gradient_magnitudes_never_halve_the_step() -> None:
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        # Magnitudes that grow tenfold over training, each within a factor of about 2.
+        magnitudes = np.geomspace(10, 100, 3000) * rng.lognormal(0, 0.3, 3000)
+        guard = StepGuard(start=0.25)
+        assert min(_admit(guard, magnitudes)) == 1.0
+        assert guard.backoffs == 0
