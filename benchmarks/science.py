@@ -219,7 +219,7 @@ def uncompensated_at_first_rate(results: dict[Setup, list[dict]]) -> dict[Setup,
 def best_losses(trials: Sequence[dict]) -> dict[int, float]:
     """At each number of groups, the lowest mean loss over the momenta."""
     by = losses_by_setting(trials)
-    return {g: min(mean_loss(losses) for (g2, _), losses in by.items() if g2 == g) for g in sorted({g for g, _ in by})}
+    return {g: mean_loss(by[(g, m)]) for g, m in best_momenta(trials).items()}
 
 
 def compensated_over_uncompensated(trials: Sequence[dict]) -> dict[int, float]:
@@ -233,7 +233,7 @@ def compensated_over_uncompensated(trials: Sequence[dict]) -> dict[int, float]:
 class Tuned:
     """The best setting of a number of groups for experiment 3: the fewest mean updates to
     the target loss over the seeds (a setting where a seed did not reach it counts by the
-    trials' updates, as a bound), and its loss."""
+    trials' updates, as a bound)."""
 
     learning_rate: float
     momentum: float
