@@ -158,10 +158,9 @@ class AsynchronyCompensation:
     def share(self, magnitude: float) -> float:
         """The share of a gradient whose sum of magnitudes is `magnitude` that the next
         update applies (see `StepGuard.share`); all of it with one group."""
+        # One group has no guard: `in_force` applies the compiled rule unchanged.
         guard = self._guards.get(self.num_groups)
-        if self.num_groups == 1 or guard is None:
-            return 1.0
-        return guard.share(magnitude)
+        return 1.0 if guard is None else guard.share(magnitude)
 
     def _guard(self, momentum: float) -> StepGuard:
         guard = self._guards.get(self.num_groups)

@@ -426,9 +426,9 @@ class GroupCoordinator:
         ages = [self.model.version - c.computed_at for c in contributions]
         rule = self._rule_in_force()
         kept = [self._kept(age) for age in ages]
-        magnitudes = _weighted_magnitudes(contributions)
+        magnitudes = _weighted_magnitudes(contributions, kept)
         if self.model.hyperparameters.compensate_asynchrony:
-            share = self._compensation.share(_applied_magnitude(contributions, kept))
+            share = self._compensation.share(sum(magnitudes.values()))
             rule = dataclasses.replace(rule, learning_rate=rule.learning_rate * share)
         if self.measure_momentum:
             self._apply_measured(contributions, rule, kept, magnitudes)
@@ -652,22 +652,14 @@ def _check_groups(num_groups: int) -> None:
         raise InvalidArgument(f"num_groups must lie in [1, {MAX_GROUPS}], got {num_groups}")
 
 
-def _weighted_magnitudes(contributions: list[_Contribution]) -> dict[str, float]:
-    """Bounds on the magnitudes in `_weighted_mean`, from those of the members' gradients."""
+def _weighted_magnitudes(contributions: list[_Contribution], kept: list[float]) -> dict[str, float]:
+    """Bounds on the magnitudes in `_weighted_mean`, from those of the members' gradients
+    and the shares of their weight they keep."""
     total = sum(c.example_count for c in contributions)
     return {
-        name: sum(c.example_count / total * c.magnitudes[name] for c in contributions)
+        name: sum(c.example_count / total * share * c.magnitudes[name] for c, share in zip(contributions, kept))
         for name in contributions[0].gradients
     }
-
-
-def _applied_magnitude(contributions: list[_Contribution], kept: list[float]) -> float:
-    """The sum of magnitudes of the members' gradients as the update weighs them: by
-    example count and by the share of its weight each keeps."""
-    total = sum(c.example_count for c in contributions)
-    return sum(
-        c.example_count / total * share * sum(c.magnitudes.values()) for c, share in zip(contributions, kept)
-    )
 
 
 def _weighted_loss(contributions: list[_Contribution]) -> float | None:

@@ -34,8 +34,10 @@ class OmnivoreCallback(keras.callbacks.Callback):
     start: synchronous, momentum 0.9, learning rates 0.1 to 0.0001. With several worker
     processes it times every number of groups that divides them and searches from the
     most asynchronous one worth having; with one (the launcher's merged process on a CPU
-    host), it tunes momentum and learning rate only, and says so. When `fit` knows its
-    length, tuning takes at most `tuning_overhead` of it. When `fit` ends, the model
+    host), it tunes momentum and learning rate only, and says so. With compensated
+    asynchrony (the default) the first phase takes the compiled settings at those groups,
+    and later trials continue from one another, so that tuning keeps their training.
+    When `fit` knows its length, tuning takes at most `tuning_overhead` of it. When `fit` ends, the model
     holds the best weights reached. On the other workers the callback does nothing.
 
     Its decisions reach `logs` as `omnivore_groups`, `omnivore_momentum`,

@@ -45,6 +45,7 @@ class TrialRecord:
     steps: int
     updates: int
     seconds: float
+    # From the phase's snapshot, or where the trial before ended where trials continue.
     probe_loss_start: float
     probe_loss_end: float
     time_to_target: float

@@ -37,6 +37,14 @@ unstable, and a short trial favours a smaller step, whose loss settles sooner to
 a longer run would leave behind. Compensation takes asynchrony's momentum out, so no
 number of groups is given up for bringing too much of it.
 
+These trials continue from one another instead of each starting from the phase's
+snapshot (`trials_continue`): every update of a trial that does not diverge is
+training kept, so that tuning costs only what a worse candidate trains more slowly.
+Each candidate runs between two trials of the incumbent and is scored against the
+geometric mean of those two, which cancels the slowing of the loss as training goes on;
+the spread is how far a trial of the incumbent lies from the geometric mean of those
+either side of it, or, with two, their whole difference.
+
 A phase stops after `max_trials` trials: the candidates come most promising first, so a
 short run drops the least promising rather than overrun its tuning budget.
 
@@ -160,12 +168,12 @@ class OmnivoreSearch:
         groups = self._divisor_at_most(start_groups)
         cold = index == 0 and current is None
         # With one group compensation changes nothing: the prototype's search is exact.
-        if self.compensated and groups > 1:
-            if cold:
-                return Config(groups, self.compiled.learning_rate, self.compiled.momentum)
+        if self.trials_continue(groups, cold):
             assert current is not None
             yield from self._around(current)
             return self.best()
+        if self.compensated and groups > 1:
+            return Config(groups, self.compiled.learning_rate, self.compiled.momentum)
         if cold:
             yield from self._try_incumbent(self.compiled)
             # What asynchrony's momentum suggests comes before the synchronous sweep: a
@@ -181,13 +189,18 @@ class OmnivoreSearch:
         yield from self._groups_and_momentum(groups, learning_rates)
         return self.best()
 
+    def trials_continue(self, start_groups: int, cold_start: bool) -> bool:
+        """Whether the phase's trials continue from one another (the compensated search
+        after the cold start) instead of each starting from the phase's snapshot."""
+        return self.compensated and not cold_start and self._divisor_at_most(start_groups) > 1
+
     def planned_trials(self, start_groups: int, cold_start: bool) -> int:
         """About how many trials a phase takes, the budget's unit: the cold start's, one
         momentum grid with refinement, and one halving of the groups."""
         if self.compensated and self._divisor_at_most(start_groups) > 1:
-            # None in the cold start; later the incumbent twice, a larger learning rate and
-            # one momentum (the other is often out of range).
-            return 0 if cold_start else 4
+            # None in the cold start; later a larger learning rate and one momentum (the
+            # other is often out of range), each between two trials of the incumbent.
+            return 0 if cold_start else 5
         grid = len(self.momenta) * 2 + 2
         halvings = 1 if self._divisor_at_most(start_groups) > 1 else 0
         return (2 + len(self.learning_rates) + 2 if cold_start else 2) + grid * (1 + halvings)
@@ -224,22 +237,55 @@ class OmnivoreSearch:
 
     def _around(self, incumbent: Config) -> Generator[Config, Outcome, None]:
         """The compensated search: few candidates, so that each trial is long enough to
-        tell them apart. The incumbent, its learning rate half a decade up, then the
-        best's momentum half a grid step either way at the same effective step.
+        tell them apart, each between two trials of the incumbent. Its learning rate half
+        a decade up, then the best's momentum half a grid step either way at the same
+        effective step.
 
         Nothing with a smaller effective step is tried: the step guard brings the step
         down where it is unstable, and a short trial favours a small step (its loss
         settles sooner, to a level that a longer run would have left behind)."""
-        yield from self._try_incumbent(incumbent)
+        self._trials += 1
+        first = yield incumbent
+        self.results[incumbent] = first
+        if not first.usable:
+            return
+        self._incumbent = incumbent
+        times = [first.time_to_target]
         groups = incumbent.num_groups
-        yield from self._try(Config(groups, incumbent.learning_rate * math.sqrt(10), incumbent.momentum))
+        yield from self._between_incumbents(Config(groups, incumbent.learning_rate * math.sqrt(10), incumbent.momentum), times)
         best = self._best_at(groups)
         if best is None:
             return
         for momentum in self._momentum_neighbours(best.momentum):
             # The learning rate that keeps the effective step, learning_rate / (1 - momentum).
             learning_rate = best.learning_rate * (1 - momentum) / (1 - best.momentum)
-            yield from self._try(Config(groups, learning_rate, momentum))
+            yield from self._between_incumbents(Config(groups, learning_rate, momentum), times)
+
+    def _between_incumbents(self, candidate: Config, times: list[float]) -> Generator[Config, Outcome, None]:
+        """Runs `candidate`, then the incumbent again (`times` holds the incumbent's
+        times so far); the candidate's time counts relative to the geometric mean of the
+        incumbent's either side of it, in units of the incumbent's first."""
+        assert self._incumbent is not None
+        # A candidate without the incumbent's trial after it would be judged on one side.
+        room = self._max_trials is None or self._trials + 2 <= self._max_trials
+        if candidate in self.results or not room:
+            return
+        if any(o.diverged and c.dominates(candidate) for c, o in self.results.items()):
+            return
+        self._trials += 2
+        measured = yield candidate
+        again = yield self._incumbent
+        if not again.usable:
+            # The incumbent no longer trains: nothing to score the candidate against.
+            self.results[candidate] = Outcome(math.inf, pruned=True)
+            return
+        before = times[-1]
+        times.append(again.time_to_target)
+        self._spread = _spread_of(times)
+        if measured.usable:
+            # Against the geometric mean: exact where each trial's time grows by one factor.
+            measured = Outcome(measured.time_to_target * times[0] / math.sqrt(before * again.time_to_target))
+        self.results[candidate] = measured
 
     def _cold_start(self) -> Generator[Config, Outcome, float]:
         momentum = self.momenta[-1]
@@ -317,3 +363,14 @@ class OmnivoreSearch:
 
     def _divisor_at_most(self, groups: int) -> int:
         return max(g for g in range(1, max(groups, 1) + 1) if self.num_workers % g == 0)
+
+
+def _spread_of(times: list[float]) -> float:
+    """How far the incumbent's continuing trials differ by chance: with three or more, the
+    most a trial lies from the geometric mean of those either side of it (which the
+    loss's slowing does not move); with two, their whole difference."""
+    if len(times) < 3:
+        ratios = [times[-1] / times[0]]
+    else:
+        ratios = [times[k] / math.sqrt(times[k - 1] * times[k + 1]) for k in range(1, len(times) - 1)]
+    return max(max(ratio, 1 / ratio) - 1 for ratio in ratios)

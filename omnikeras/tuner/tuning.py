@@ -15,14 +15,19 @@ measured on the probe batch, and the convergence-time model turns the two losses
 updates and the seconds into a time to the target loss (once the probe loss is there, to
 half the phase's starting loss), counted from the snapshot. The
 best trial's weights carry on with its configuration for a training phase, after which
-the next tuning phase starts.
+the next tuning phase starts. The compensated search's later phases run their trials
+one after another instead (`OmnivoreSearch.trials_continue`): each starts where the one
+before ended, from the probe loss that one ended at, and its fall in loss counts from
+the phase's start loss; only a trial that diverges is undone, from the snapshot taken
+at its start, so the phase's training is kept and the weights carry on as they are.
 
 The phase's trials are sized to the run: with `fit`'s length known, tuning takes at most
 `tuning_overhead` of the planned training time (most of it in the first phase that runs
 trials), trials shrink to
 fit, and below `min_trial_steps` the search drops its least promising candidates. A
 pruned or diverged trial never becomes the best, and never provides the weights that
-carry on. When `fit` ends, the weights are the best reached, never an interrupted trial's.
+carry on. When `fit` ends, the weights are the best reached, never an interrupted trial's
+(except a continuing trial's, whose weights are training like any other).
 
 Everything here is plain Python: the cluster is reached through `TuningCluster`, Keras
 through the callback that calls `step` after each of the chief's steps.
@@ -45,6 +50,8 @@ from omnikeras.tuner.search import Config, OmnivoreSearch, Outcome, Phase, rank
 
 PHASE_SNAPSHOT = "omnivore-phase-start"
 BEST_SNAPSHOT = "omnivore-best-trial"
+# Where a continuing trial began: a trial that diverges is undone from it.
+TRIAL_SNAPSHOT = "omnivore-trial-start"
 # A trial whose probe loss ends, or whose running loss climbs, above this multiple of
 # the probe loss it started from has diverged.
 DIVERGENCE_FACTOR = 3.0
@@ -159,6 +166,9 @@ class _Trial:
     restored_at: int
     started: float
     staleness_before: collections.Counter
+    # The probe loss the trial started from: the phase's, unless it continues another.
+    start_loss: float
+    continues: bool = False
     losses: list[float] = field(default_factory=list)
     diverged: bool = False
 
@@ -205,11 +215,16 @@ class Tuner:
         self._phase_index = max((p.index for p in earlier), default=-1)
         self._first_phase = self._phase_index + 1
         self._steps = 0
+        self._last_update = 0
         self._step_seconds: list[float] = []
         self._last_seconds: float | None = None
         self._probe_seconds = 0.0
         self._tuning_spent = 0.0
         self._state: _Timing | _Settling | _Trial | float | None = None  # a float: train until then
+        # Whether this phase's trials continue from one another, and the probe loss the next starts from.
+        self._continuing = False
+        self._next_start_loss = math.nan
+        self._phase_trials = 0
         self._phase: Phase | None = None
         self._best: tuple[Config, Outcome] | None = None
         self._start_loss = math.nan
@@ -242,6 +257,7 @@ class Tuner:
         if self._last_seconds is not None:
             self._step_seconds.append(step.seconds - self._last_seconds)
         self._last_seconds = step.seconds
+        self._last_update = step.update
         if self._steps % CURVE_EVERY == 0:
             self._curve.append([step.seconds, step.update, step.loss])
         state = self._state
@@ -266,6 +282,8 @@ class Tuner:
         if isinstance(state, _Settling):
             # Training while the cap warms up: its weights are kept, with its settings.
             self.current = Config(state.groups, self.current.learning_rate, self.current.momentum)
+        elif isinstance(state, _Trial) and state.continues:
+            self._apply(self.current)
         elif isinstance(state, _Trial | _Timing):
             best = self._best is not None and self._best[0] == self.current
             self.cluster.restore_snapshot(BEST_SNAPSHOT if best else PHASE_SNAPSHOT)
@@ -377,6 +395,9 @@ class Tuner:
             self._settle(start_groups, now)
             return
         current = None if cold else (self._resumed_from if self._phase_index == self._first_phase else self.current)
+        self._continuing = self.search.trials_continue(start_groups, cold)
+        self._next_start_loss = self._start_loss
+        self._phase_trials = 0
         planned = self.search.planned_trials(start_groups, cold)
         self._trial_steps, max_trials = self._trial_size(planned, now)
         self._phase = self.search.phase(self._phase_index, start_groups, current, max_trials)
@@ -393,12 +414,19 @@ class Tuner:
         self._begin_trial(config)
 
     def _begin_trial(self, config: Config) -> None:
-        restored_at = self.cluster.restore_snapshot(PHASE_SNAPSHOT)
+        self._phase_trials += 1
+        if self._continuing:
+            self.cluster.save_snapshot(TRIAL_SNAPSHOT)
+            restored_at = self._last_update
+        else:
+            restored_at = self.cluster.restore_snapshot(PHASE_SNAPSHOT)
         self._apply(config)
         self.study.enqueue_trial(records.params_of(config), user_attrs={"phase": self._phase_index})
         trial = self.study.ask(records.PARAMS)
         # The trial's time counts from the snapshot's return, not from the probe before it.
-        self._state = _Trial(config, trial, restored_at, self._clock(), self.cluster.staleness())
+        self._state = _Trial(
+            config, trial, restored_at, self._clock(), self.cluster.staleness(), self._next_start_loss, self._continuing
+        )
 
     def _trial_step(self, running: _Trial, step: Step) -> None:
         if step.update <= running.restored_at:
@@ -411,14 +439,16 @@ class Tuner:
         steps = len(running.losses)
         if steps % REPORT_EVERY == 0:
             running_loss = sum(running.losses[-REPORT_EVERY:]) / REPORT_EVERY
-            if running_loss > DIVERGENCE_FACTOR * self._start_loss:
+            if running_loss > DIVERGENCE_FACTOR * running.start_loss:
                 # Judged before the pruner: a blow-up it prunes must still count as one,
                 # or the search would go on to try larger rates and momenta.
                 running.diverged = True
                 self._end_trial(running, step)
                 return
-            running.trial.report(running_loss, steps)
-            if running.trial.should_prune():
+            # The pruner compares trials at equal steps from one start: a continuing trial has its own.
+            if not running.continues:
+                running.trial.report(running_loss, steps)
+            if not running.continues and running.trial.should_prune():
                 self._end_trial(running, step, pruned=True)
                 return
         # Every trial of g groups runs as many updates, whatever the chief's share of them:
@@ -430,7 +460,7 @@ class Tuner:
         # A pruned trial never wins: its weights need no probe.
         end_loss = math.nan if running.diverged or pruned else self._timed_probe()
         diverged = running.diverged or (
-            not pruned and (not math.isfinite(end_loss) or end_loss > DIVERGENCE_FACTOR * self._start_loss)
+            not pruned and (not math.isfinite(end_loss) or end_loss > DIVERGENCE_FACTOR * running.start_loss)
         )
         record = self._record(
             running, end_loss, step.update - running.restored_at, step.seconds - running.started, diverged, pruned
@@ -440,7 +470,13 @@ class Tuner:
             self.study.tell(running.trial, outcome.time_to_target)
         else:
             self.study.tell(running.trial, state=optuna.trial.TrialState.PRUNED)
-        if outcome.usable and (self._best is None or rank(running.config, outcome) < rank(*self._best)):
+        if running.continues:
+            if diverged:
+                # The next trial counts the steps from the restore on.
+                self._last_update = self.cluster.restore_snapshot(TRIAL_SNAPSHOT)
+            else:
+                self._next_start_loss = end_loss
+        elif outcome.usable and (self._best is None or rank(running.config, outcome) < rank(*self._best)):
             # The best trial's progress is kept, not thrown away with the others'.
             self._best = (running.config, outcome)
             self.cluster.save_snapshot(BEST_SNAPSHOT)
@@ -456,8 +492,10 @@ class Tuner:
         pruned: bool = False,
         interrupted: bool = False,
     ) -> TrialRecord:
+        # A continuing trial's fall in loss, as if from the phase's start loss.
+        from_phase_start = end_loss * self._start_loss / running.start_loss
         estimate = self.convergence.estimate(
-            TrialMeasurement(running.config.num_groups, updates, seconds, self._start_loss, end_loss)
+            TrialMeasurement(running.config.num_groups, updates, seconds, self._start_loss, from_phase_start)
         )
         staleness = self.cluster.staleness() - running.staleness_before
         ttt = math.inf if diverged else estimate.time_to_target
@@ -466,7 +504,7 @@ class Tuner:
             steps=len(running.losses),
             updates=updates,
             seconds=seconds,
-            probe_loss_start=self._start_loss,
+            probe_loss_start=running.start_loss,
             probe_loss_end=end_loss,
             time_to_target=ttt,
             updates_to_target=estimate.updates_to_target,
@@ -488,10 +526,11 @@ class Tuner:
             # Nothing tried did better than nothing: keep training as before.
             self._say(f"omnivore phase {self._phase_index}: no configuration made progress; keeping {records.words(self.current)}")
             chosen = self.current
-        trials = len(self.search.results)
+        trials = self._phase_trials
         self._searched = self._searched or trials > 0
-        best = self._best is not None and self._best[0] == chosen
-        self.cluster.restore_snapshot(BEST_SNAPSHOT if best else PHASE_SNAPSHOT)
+        if not self._continuing:
+            best = self._best is not None and self._best[0] == chosen
+            self.cluster.restore_snapshot(BEST_SNAPSHOT if best else PHASE_SNAPSHOT)
         self._apply(chosen)
         self.current = chosen
         training_seconds = tuning_seconds * (1 - self.settings.tuning_overhead) / self.settings.tuning_overhead

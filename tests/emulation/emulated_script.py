@@ -1,4 +1,5 @@
-"""The training script of the emulated-cluster tests: digits, synchronous by default.
+"""The training script of the emulated-cluster tests: digits, synchronous by default,
+tuned with `--tune`.
 
 Prints one line `RESULT {json}` on the chief.
 """
@@ -12,6 +13,7 @@ import omnikeras
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--epochs", type=int, default=10)
+parser.add_argument("--tune", metavar="STORAGE", help="train under OmnivoreCallback, its study in STORAGE")
 args = parser.parse_args()
 
 keras.utils.set_random_seed(0)
@@ -25,7 +27,8 @@ with strategy.scope():
         keras.layers.Dense(10, activation="softmax"),
     ])
     model.compile(keras.optimizers.SGD(0.05, momentum=0.5), "sparse_categorical_crossentropy", metrics=["accuracy"])
-model.fit(x_train, y_train, batch_size=32, epochs=args.epochs, verbose=2 if strategy.config.is_chief else 0)
+callbacks = [omnikeras.OmnivoreCallback(target_loss=0.1, storage=args.tune, tuning_overhead=0.5)] if args.tune else []
+model.fit(x_train, y_train, batch_size=32, epochs=args.epochs, callbacks=callbacks, verbose=2 if strategy.config.is_chief else 0)
 if strategy.config.is_chief:
     result = {
         "test_accuracy": float(model.evaluate(x_test, y_test, verbose=0)[1]),

@@ -7,18 +7,24 @@ import subprocess
 import sys
 import time
 
+import optuna
 import pytest
 from cluster_results import result_of
 from conftest import needs_emulation
+
+from omnikeras.tuner import records
+from omnikeras.tuner.records import TrialRecord
 
 SCRIPT = pathlib.Path(__file__).with_name("emulated_script.py")
 pytestmark = [pytest.mark.slow, needs_emulation]
 
 
-def _launch(tmp_path: pathlib.Path, *options: str, epochs: int = 10) -> subprocess.CompletedProcess[str]:
+def _launch(
+    tmp_path: pathlib.Path, *options: str, epochs: int = 10, script_options: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "omnikeras", "launch", "--log-dir", str(tmp_path / "logs"), "--emulate", "mixed",
-         *options, str(SCRIPT), "--epochs", str(epochs)],
+         *options, str(SCRIPT), "--epochs", str(epochs), *script_options],
         capture_output=True, text=True, timeout=600,
     )
 
@@ -85,6 +91,27 @@ def test_every_fault_is_injected_survived_and_costs_under_a_point_of_accuracy(tm
     accuracy = result_of(run.stdout)["test_accuracy"]
     assert abs(accuracy - result_of(undisturbed[1].stdout)["test_accuracy"]) <= 0.01
     assert _leftovers(tmp_path) == []
+
+
+def test_the_tuner_s_later_trials_continue_from_one_another_on_the_mixed_cluster(tmp_path) -> None:
+    storage = f"sqlite:///{tmp_path}/study.db"
+    run = _launch(tmp_path, "--groups", "5", epochs=40, script_options=("--tune", storage))
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert result_of(run.stdout)["test_accuracy"] > 0.9
+    # The slow hosts make one group wait: the compensated search at 5 groups.
+    assert "omnivore phase 1: seconds per update" in run.stdout and "searching from 5 groups, compensated" in run.stdout
+    (summary,) = optuna.get_all_study_summaries(storage)
+    study = optuna.load_study(study_name=summary.study_name, storage=storage)
+    trials = [(records.config_of(t.params), TrialRecord.read(t)) for t in study.trials if t.user_attrs.get("phase", 0) >= 1]
+    trials = [(config, record) for config, record in trials if record is not None and not record.interrupted]
+    assert len(trials) >= 3 and {config.num_groups for config, _ in trials} == {5}
+    # The incumbent, a candidate, the incumbent again: each trial starts where the one
+    # before ended, or, after one that diverged, where that one started.
+    assert trials[0][0] == trials[2][0] != trials[1][0]
+    for (_, earlier), (_, later) in zip(trials, trials[1:]):
+        assert later.probe_loss_start == (earlier.probe_loss_start if earlier.diverged else earlier.probe_loss_end)
+    restored = (tmp_path / "logs" / "ps-0.log").read_text().count("restored snapshot 'omnivore-trial-start'")
+    assert restored == sum(record.diverged for _, record in trials)
 
 
 def test_ctrl_c_removes_the_namespace_cgroups_and_processes(tmp_path) -> None:

@@ -182,12 +182,40 @@ def test_compensated_later_phases_raise_the_learning_rate_then_move_the_momentum
 
     chosen, tried = _run(search, objective, phase=1, start_groups=4, current=current)
     assert chosen == Config(4, pytest.approx(optimum.learning_rate), 0.75)
-    # The incumbent twice, its learning rate half a decade up (never down: a short trial
-    # favours the smaller step), then the best's momentum half a grid step down at the
-    # same effective step (up is out of range).
-    assert tried[:3] == [current, current, Config(4, 0.01 * half_decade, 0.9)]
+    # Its learning rate half a decade up (never down: a short trial favours the smaller
+    # step), then the best's momentum half a grid step down at the same effective step
+    # (up is out of range), each between two trials of the incumbent.
+    assert tried[:3] == [current, Config(4, 0.01 * half_decade, 0.9), current]
     assert tried[3].momentum == 0.75 and tried[3].learning_rate == pytest.approx(optimum.learning_rate)
+    assert tried[4] == current
     assert search.planned_trials(4, cold_start=False) == len(tried)
+    assert search.trials_continue(4, cold_start=False)
+    assert not search.trials_continue(4, cold_start=True) and not OmnivoreSearch(4, COMPILED).trials_continue(4, False)
+
+
+def test_continuing_trials_score_each_candidate_against_the_incumbent_either_side_of_it() -> None:
+    """Trials that continue from one another see the loss slow as training goes on: each
+    trial's time to target grows with its place in the sequence, here by 30% a trial."""
+    current = Config(4, 0.01, 0.9)
+
+    def run_with(candidate_time: float, max_trials: int | None = None):
+        place = 0
+
+        def objective(config: Config) -> Outcome:
+            nonlocal place
+            place += 1
+            return Outcome((100.0 if config == current else candidate_time) * 1.3 ** place)
+
+        search = OmnivoreSearch(4, COMPILED, compensated=True)
+        return _run(search, objective, phase=1, start_groups=4, current=current, max_trials=max_trials)
+
+    # A candidate as good as the incumbent does not win for coming first, nor lose for
+    # coming later; one clearly better wins wherever it comes.
+    chosen, tried = run_with(100.0)
+    assert chosen == current and tried[::2] == [current] * 3
+    assert run_with(60.0)[0] != current
+    # Where the budget leaves no room for the incumbent after a candidate, the candidate is not tried.
+    assert run_with(60.0, max_trials=4)[1] == [current, Config(4, 0.01 * 10**0.5, 0.9), current]
 
 
 def test_compensated_search_keeps_the_groups_where_the_best_momentum_is_low() -> None:

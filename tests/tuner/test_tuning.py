@@ -12,7 +12,15 @@ from omnikeras.tuner import records
 from omnikeras.tuner.records import PhaseRecord, TrialRecord
 from omnikeras.tuner.search import Config
 from omnikeras.tuner.study import open_study
-from omnikeras.tuner.tuning import BEST_SNAPSHOT, PHASE_SNAPSHOT, REPORT_EVERY, Step, Tuner, TuningSettings
+from omnikeras.tuner.tuning import (
+    BEST_SNAPSHOT,
+    PHASE_SNAPSHOT,
+    REPORT_EVERY,
+    TRIAL_SNAPSHOT,
+    Step,
+    Tuner,
+    TuningSettings,
+)
 
 
 class SimulatedCluster:
@@ -37,8 +45,6 @@ class SimulatedCluster:
         self.restored: list[str] = []
         self.probes = 0
         self.asynchronous_updates = 0
-        # Each restore's snapshot and the warm-up it brought back.
-        self.restored_warmup: list[tuple[str, int]] = []
 
     def save_snapshot(self, name: str) -> None:
         self.snapshots[name] = (self.loss, self.asynchronous_updates)
@@ -46,7 +52,6 @@ class SimulatedCluster:
     def restore_snapshot(self, name: str) -> int:
         self.loss, self.asynchronous_updates = self.snapshots[name]
         self.restored.append(name)
-        self.restored_warmup.append((name, self.asynchronous_updates))
         self.version += 1
         return self.version
 
@@ -156,17 +161,44 @@ def test_with_compensation_the_cold_start_takes_the_groups_worth_having_and_late
     assert not [t for t in tuner.study.trials if t.user_attrs.get("phase") == 0]
     assert any("searching from 4 groups, compensated (momenta are totals)" in line for line in said)
     assert any("from the timing alone" in line for line in said)
-    # Phase 1 trains on until the cap allows half the step, then every trial starts from
-    # the same cap: the incumbent twice, then the learning rate half a decade up.
+    # Phase 1 trains on until the cap allows half the step, then the trials continue from
+    # one another, none restored: the incumbent, the learning rate half a decade up, the
+    # incumbent again.
     assert any("omnivore phase 1: training with 4 groups while compensation's step cap warms up" in line for line in said)
-    trials = [records.config_of(t.params) for t in tuner.study.trials if t.user_attrs.get("phase") == 1]
-    assert trials[:3] == [Config(4, 0.01, 0.9), Config(4, 0.01, 0.9), Config(4, 0.01 * 10**0.5, 0.9)]
-    trial_warmups = [updates for name, updates in cluster.restored_warmup if name == PHASE_SNAPSHOT][-len(trials):]
-    assert len(set(trial_warmups)) == 1 and cluster.cap_growth ** trial_warmups[0] * 0.05 >= 0.5
+    (settled,) = [line for line in said if line.startswith("omnivore phase 1: the step cap allows")]
+    assert float(settled.split("allows ")[1].split()[0]) >= 0.5
+    trials = [t for t in tuner.study.trials if t.user_attrs.get("phase") == 1]
+    assert [records.config_of(t.params) for t in trials[:3]] == [Config(4, 0.01, 0.9), Config(4, 0.01 * 10**0.5, 0.9), Config(4, 0.01, 0.9)]
+    assert BEST_SNAPSHOT not in cluster.restored and TRIAL_SNAPSHOT not in cluster.restored
+    # Each trial starts from the probe loss the one before ended at: nothing is thrown away.
+    ends = [TrialRecord.read(t) for t in trials if TrialRecord.read(t).probe_loss_end == TrialRecord.read(t).probe_loss_end]
+    assert len(ends) >= 3
+    assert all(later.probe_loss_start == earlier.probe_loss_end for earlier, later in zip(ends, ends[1:]))
+    assert all(record.probe_loss_end < record.probe_loss_start for record in ends)
     # The bowl's best learning rate, at the groups that update soonest, total momentum 0.9.
     assert (second.config.num_groups, second.config.momentum) == (4, 0.9)
     assert second.config.learning_rate == pytest.approx(0.0316, rel=0.01)
     assert cluster.groups == 4
+
+
+def test_a_continuing_trial_that_diverges_is_undone_from_where_it_began(tmp_path) -> None:
+    cluster = SimulatedCluster(devices=4, seconds_per_update={1: 0.04, 2: 0.021, 4: 0.011}, compensated=True, cap_growth=1.01)
+    cluster.loss = 1e6
+    study = open_study(f"sqlite:///{tmp_path}/study.db", "test", warmup_steps=5)
+    settings = TuningSettings(target_loss=0.05, max_trial_steps=20, planned_steps=None)
+    # Half a decade up from 0.04 is past 0.1, where the simulated loss doubles every step.
+    tuner = Tuner(cluster, study, settings, Config(4, 0.04, 0.9), MeasuredHardwareModel(4), say=[].append,
+                  clock=lambda: cluster.seconds, compensated=True)
+    _train(tuner, cluster, 800)
+    trials = [(records.config_of(t.params), TrialRecord.read(t)) for t in study.trials if t.user_attrs.get("phase") == 1]
+    diverged = [(k, config, record) for k, (config, record) in enumerate(trials) if record.diverged]
+    assert diverged and all(config.learning_rate >= 0.1 for _, config, _ in diverged)
+    assert cluster.restored.count(TRIAL_SNAPSHOT) == len(diverged)
+    # The incumbent's next trial starts from the loss each diverged one started from.
+    for k, _, record in diverged:
+        after = trials[k + 1][1]
+        assert after.probe_loss_start == record.probe_loss_start and after.probe_loss_end < after.probe_loss_start
+    assert PhaseRecord.read_all(study)[1].config.learning_rate < 0.1
 
 
 def test_timing_stops_once_the_largest_numbers_of_groups_decide(tmp_path) -> None:
