@@ -268,9 +268,7 @@ class OmnivoreSearch:
         assert self._incumbent is not None
         # A candidate without the incumbent's trial after it would be judged on one side.
         room = self._max_trials is None or self._trials + 2 <= self._max_trials
-        if candidate in self.results or not room:
-            return
-        if any(o.diverged and c.dominates(candidate) for c, o in self.results.items()):
+        if not room or self._tried_or_hopeless(candidate):
             return
         self._trials += 2
         measured = yield candidate
@@ -340,12 +338,14 @@ class OmnivoreSearch:
         return sorted(self.momenta, key=lambda m: (abs(m + implicit_momentum(groups) - 0.9), -m))
 
     def _try(self, config: Config) -> Generator[Config, Outcome, None]:
-        if config in self.results or self._budget_spent():
-            return
-        if any(o.diverged and c.dominates(config) for c, o in self.results.items()):
+        if self._budget_spent() or self._tried_or_hopeless(config):
             return
         self._trials += 1
         self.results[config] = yield config
+
+    def _tried_or_hopeless(self, config: Config) -> bool:
+        """Tried already, or at least as aggressive as one that diverged."""
+        return config in self.results or any(o.diverged and c.dominates(config) for c, o in self.results.items())
 
     def _budget_spent(self) -> bool:
         return self._max_trials is not None and self._trials >= self._max_trials
