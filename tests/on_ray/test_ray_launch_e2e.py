@@ -41,10 +41,11 @@ def _wait_for_stall(run_dir: pathlib.Path, launcher: subprocess.Popen) -> None:
 
 
 def _stalled_run(run_dir: pathlib.Path, address: str, *options: str) -> subprocess.Popen:
-    """A run of 1 group whose worker 1 stalls for 20 s after its second step."""
+    """A run of 1 group whose worker 1 stalls for 20 s after its second step, with epochs
+    enough that the chief still trains when a restarted worker is back."""
     launcher = subprocess.Popen(
         _command(run_dir, address, "--groups", "1", "--checkpoint-every", "0.5", *options,
-                 script_args=("--epochs", "6", "--stall-after", "2", "--stall-seconds", "20")),
+                 script_args=("--epochs", "24", "--stall-after", "2", "--stall-seconds", "20")),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     _wait_for_stall(run_dir, launcher)
