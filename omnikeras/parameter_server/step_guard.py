@@ -160,7 +160,9 @@ class StepGuard:
         if self._seen < SETTLE:
             self._best = self._long
             return False
-        self._improving = self._long <= self._best
+        # At its best level within the noise of its average: a small step lowers the loss
+        # too slowly for new bests to stand out of the noise, and would never grow.
+        self._improving = self._long <= self._best + _LONG_NOISE * noise
         if self._hold:
             self._best = min(self._best, self._long)
             return False

@@ -95,7 +95,7 @@ def test_every_fault_is_injected_survived_and_costs_under_a_point_of_accuracy(tm
 
 def test_the_tuner_s_later_trials_continue_from_one_another_on_the_mixed_cluster(tmp_path) -> None:
     storage = f"sqlite:///{tmp_path}/study.db"
-    run = _launch(tmp_path, "--groups", "5", epochs=40, script_options=("--tune", storage))
+    run = _launch(tmp_path, "--groups", "5", epochs=60, script_options=("--tune", storage))
     assert run.returncode == 0, run.stderr[-3000:]
     assert result_of(run.stdout)["test_accuracy"] > 0.9
     # The slow hosts make one group wait: the compensated search at 5 groups.
