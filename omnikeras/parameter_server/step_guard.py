@@ -4,15 +4,15 @@ A delay of `s` updates shrinks the largest stable step along the curvature that 
 it (for heavy-ball momentum `mu` and one update of delay, from `2 (1 + mu) / (1 - mu)`
 over the curvature to about `1`), and nothing the server sees tells that curvature
 beforehand. So the cap warms up, from a fraction of the compiled step by `GROWTH` per
-update while the training loss the workers push with their gradients improves (reaches
-a new best level over many updates), and stops growing while it does not. Where the
-loss over the last few updates (`SHORT`) climbs clearly past its level over many
-(`LONG`), by a factor `RISE` and by `SIGMAS` standard deviations of its own noise, or that
-level climbs past its best by a factor `DRIFT` and its noise (all measured on the
-logarithm of the loss, whose batch-to-batch noise is about a constant factor), the step
-in force is halved, held for `HOLD` updates, and the warm-up resumes at
-half its pace, so that the cap settles below the edge of stability instead of oscillating
-across it.
+update while the training loss the workers push with their gradients holds its best
+level over many updates (within that level's noise), and stops growing while it lies
+above. Where the loss over the last few updates (`SHORT`) climbs clearly past its level
+over many (`LONG`), by a factor `RISE` and by `SIGMAS` standard deviations of its own
+noise, or that level climbs past its best by a factor `DRIFT` and its noise (all
+measured on the logarithm of the loss, whose batch-to-batch noise is about a constant
+factor), the step in force is halved, held for `HOLD` updates, and the warm-up resumes
+at half its pace, so that the cap settles below the edge of stability instead of
+oscillating across it.
 
 A step past the edge throws the weights off within an update or two, before any average
 of the loss climbs: the gradients computed at the thrown weights are many times their
