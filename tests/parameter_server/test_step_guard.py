@@ -35,6 +35,16 @@ def test_noisy_falling_losses_never_halve_the_step() -> None:
         assert guard.backoffs == 0
 
 
+def test_the_cap_grows_on_a_flat_noisy_loss_that_sets_no_new_best() -> None:
+    # A small step lowers the loss too slowly for new bests to stand out of its noise.
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        guard = StepGuard(start=1 / 38)
+        steps = _run(guard, 0.3 * rng.lognormal(0, 0.35, 1000))
+        assert guard.backoffs == 0
+        assert steps[-1] == 1.0
+
+
 def test_a_loss_that_climbs_halves_the_step_holds_it_and_warms_up_slower() -> None:
     guard = StepGuard(start=1.0)
     _run(guard, [1.0] * 100)
