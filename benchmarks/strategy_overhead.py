@@ -11,8 +11,14 @@ launcher chooses on this machine. Plain and launched runs alternate, round after
 and each figure is the median over the rounds of launched mean step time / plain mean
 step time, so load that comes and goes on a shared machine weighs on both alike.
 
-The last line of stdout is one JSON object:
-`{"step_time_vs_plain_keras_main": .., "step_time_vs_plain_keras_reference": ..}`.
+Whole epochs as users run them, too: the main job's script, `examples/fashion_mnist.py
+--fixed` with its metrics, validation and progress line, launched with `--workers 1
+--groups 1`, against the same script in plain Keras (`epoch_time_worker.py --plain`), each
+run 3 epochs of which the last 2 are timed (the first traces the model), alternating
+likewise; each figure is the median over the rounds of the ratio of mean epoch times.
+
+The last line of stdout is one JSON object: `{"step_time_vs_plain_keras_main": ..,
+"step_time_vs_plain_keras_reference": .., "epoch_time_vs_plain_keras_main": ..}`.
 Progress goes to stderr. `--quick` runs one short round, for a correctness check.
 
     .venv/bin/python benchmarks/strategy_overhead.py [--quick]
@@ -30,6 +36,8 @@ import tempfile
 from omnikeras.profiles.thread_cache import cached_thread_settings
 
 WORKER_SCRIPT = pathlib.Path(__file__).with_name("step_time_worker.py")
+EPOCH_SCRIPT = pathlib.Path(__file__).with_name("epoch_time_worker.py")
+MAIN_JOB = pathlib.Path(__file__).resolve().parent.parent / "examples" / "fashion_mnist.py"
 MODELS = ("main", "reference")
 
 
@@ -57,6 +65,8 @@ def main() -> int:
     log(f"thread settings of both: {threads.intra_op} intra-op, {threads.inter_op} inter-op; "
         f"batch 64, {steps} steps a run, timed after {warmup}")
     ratios: dict[str, list[float]] = {model: [] for model in MODELS}
+    epoch_ratios: list[float] = []
+    epoch_args = ["--fixed", "--epochs", "2" if args.quick else "3", *(["--examples", "2048"] if args.quick else [])]
     with tempfile.TemporaryDirectory() as log_dir:
         for round_index in range(rounds):
             for model in MODELS:
@@ -80,8 +90,35 @@ def main() -> int:
                     f"launched {launched['mean_step_s'] * 1e3:.2f} ms/step (median {launched['median_step_s'] * 1e3:.2f}, "
                     f"{'shared memory' if launched['shared_memory'] else 'gRPC'}), ratio {ratios[model][-1]:.3f}"
                 )
-    print(json.dumps({f"step_time_vs_plain_keras_{model}": round(statistics.median(ratios[model]), 3) for model in MODELS}))
+            epoch_ratios.append(time_epochs(round_index, rounds, epoch_args, log_dir))
+    figures = {f"step_time_vs_plain_keras_{model}": round(statistics.median(ratios[model]), 3) for model in MODELS}
+    figures["epoch_time_vs_plain_keras_main"] = round(statistics.median(epoch_ratios), 3)
+    print(json.dumps(figures))
     return 0
+
+
+def time_epochs(round_index: int, rounds: int, epoch_args: list[str], log_dir: str) -> float:
+    """One round of the main job's epochs, plain and launched, each with the environment
+    users run it in (the launcher chooses the worker's threads; plain Keras takes
+    TensorFlow's defaults); the ratio of their mean epoch times after the first."""
+    env = dict(os.environ) | {"TF_CPP_MIN_LOG_LEVEL": "2"}
+    plain_command = [sys.executable, str(EPOCH_SCRIPT), "--plain", str(MAIN_JOB), *epoch_args]
+    launched_command = [
+        sys.executable, "-m", "omnikeras", "launch", "--workers", "1", "--groups", "1",
+        "--log-dir", os.path.join(log_dir, f"epochs-{round_index}"), str(EPOCH_SCRIPT), str(MAIN_JOB), *epoch_args,
+    ]
+    if round_index % 2 == 0:
+        plain, launched = run(plain_command, env), run(launched_command, env)
+    else:
+        launched, plain = run(launched_command, env), run(plain_command, env)
+    if launched["steps"] != plain["steps"]:
+        raise RuntimeError(f"the epochs took {launched['steps']} steps launched and {plain['steps']} plain")
+    plain_s, launched_s = statistics.fmean(plain["epoch_s"][1:]), statistics.fmean(launched["epoch_s"][1:])
+    log(
+        f"round {round_index + 1}/{rounds}, the main job's epochs ({plain['steps'][-1]} steps, validation included): "
+        f"plain {plain_s:.2f} s, launched {launched_s:.2f} s, ratio {launched_s / plain_s:.3f}"
+    )
+    return launched_s / plain_s
 
 
 if __name__ == "__main__":
