@@ -30,6 +30,11 @@ class ClusterSync(keras.callbacks.Callback):
     version.
     """
 
+    # Keras runs the batch hooks of async-safe callbacks on a thread of their own, as it
+    # does in plain `fit`, instead of between one step and the next: a stop then takes
+    # effect a step later.
+    async_safe = True
+
     def __init__(self, worker: ClusterWorker) -> None:
         super().__init__()
         self.worker = worker
@@ -89,6 +94,9 @@ class PassProgress(keras.callbacks.ProgbarLogger):
 
     `fit` adds it on the chief unless the user gave a `ProgbarLogger` of their own.
     """
+
+    # As the progress bar plain `fit` adds: its batch hook runs off the training loop.
+    async_safe = True
 
     def __init__(self, worker: ClusterWorker) -> None:
         super().__init__()
