@@ -4,15 +4,19 @@ The parameter server hands out batch indices, one per group step, in one sequenc
 all groups (`PushResult.next_batch`): batch `i` is position `i % n` of pass `i // n` over
 the data, and every worker reads the same batch `i` (the same seeded shuffle), so every
 example is read once per pass however the groups are laid out, also across a regrouping.
-Each member of a group takes its slice of the batch's rows.
+Each member of a group takes its slice of the batch's rows. A worker chooses its share of
+the next batch as each step's reply names it, inside the step, and the next step reads it
+from variables (`NextShare`).
 """
 
-from collections.abc import Callable, Iterator
+import dataclasses
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 import keras
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.ops import resource_variable_ops
 
 from omnikeras.strategy.place import GroupPlace
 
@@ -126,17 +130,101 @@ def share(batch: Any, place: GroupPlace) -> Any:
     return tf.nest.map_structure(lambda a: a[start:stop], batch)
 
 
-def dataset_of(shares: Callable[[], Iterator[Any]], element_spec: Any) -> tf.data.Dataset:
-    """A dataset of the worker's shares, each read only as a step asks for it: the batch
-    a step reads is named by the reply to the step before."""
-    dataset = tf.data.Dataset.from_generator(shares, output_signature=element_spec)
-    options = tf.data.Options()
-    options.experimental_optimization.inject_prefetch = False
-    # Nothing here to tune, and the tuning thread is what an iterator's end waits for: at
-    # the end of every pass, on a busy core, a worker stopped there for seconds, and its
-    # group with it.
-    options.autotune.enabled = False
-    return dataset.with_options(options)
+@dataclasses.dataclass(frozen=True)
+class Share:
+    """A worker's rows of one batch: the batch's index and the rows' arrays, flattened in
+    the order of the batch's structure."""
+
+    batch: int
+    arrays: tuple[np.ndarray, ...]
+
+    @property
+    def rows(self) -> int:
+        return len(self.arrays[0])
+
+
+def share_of(source: BatchSource, batch: int, place: GroupPlace) -> Share:
+    """The rows of batch `batch` that `place` takes."""
+    return Share(batch, tuple(tf.nest.flatten(share(source.batch(batch), place))))
+
+
+class NextShare:
+    """The share a worker's next step reads, held in variables that each step's exchange
+    fills with the batch its reply names; the dataset `fit` reads takes the share from
+    them.
+
+    So no Python runs between one step and the next: the share is chosen inside the
+    exchange, whose Python runs anyway, and reading it is a few of TensorFlow's own ops.
+    (A dataset cannot read ahead: the next batch is known only once the step before has
+    its reply.) Reading is idempotent: an element Keras takes to build the model consumes
+    nothing.
+
+    Args:
+        dtypes: The dtypes of a share's arrays, flattened.
+    """
+
+    def __init__(self, dtypes: Sequence[tf.DType]) -> None:
+        self.array_dtypes = tuple(dtypes)
+        # Outside any strategy's scope, whose variables would be mirrored, and on the CPU,
+        # where the dataset reads them.
+        with tf.device("/cpu:0"):
+            self._batch = _unmirrored_variable(tf.constant(0, tf.int64), tf.TensorShape([]))
+            # Shares differ in rows, from worker to worker and after a regrouping.
+            self._arrays = [
+                _unmirrored_variable(tf.zeros([0], dtype), tf.TensorShape(None)) for dtype in self.array_dtypes
+            ]
+
+    @property
+    def dtypes(self) -> list[tf.DType]:
+        """What `fill` takes: the batch's index, then the share's arrays."""
+        return [tf.int64, *self.array_dtypes]
+
+    def fill(self, values: Sequence[Any]) -> None:
+        """Puts the next share in place: `values` as `dtypes` says, from inside the train
+        step (tensors) or from Python (`put`)."""
+        batch, *arrays = values
+        self._batch.assign(batch)
+        for variable, array in zip(self._arrays, arrays, strict=True):
+            variable.assign(array)
+
+    def put(self, share: Share) -> None:
+        self.fill([np.int64(share.batch), *share.arrays])
+
+    def dataset(self, element_spec: Any, batches_per_pass: int | None) -> tf.data.Dataset:
+        """An endless dataset of the shares as they are put in place; with
+        `batches_per_pass`, each iterator ends where the next share lies in a later pass
+        over the data than its first."""
+        specs = tf.nest.flatten(element_spec)
+
+        def read(_: tf.Tensor) -> Any:
+            arrays = [tf.ensure_shape(v.read_value(), spec.shape) for v, spec in zip(self._arrays, specs, strict=True)]
+            return tf.nest.pack_sequence_as(element_spec, arrays)
+
+        dataset = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).repeat()
+        if batches_per_pass is not None:
+
+            def in_first_pass(first: tf.Tensor, _: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+                current = self._batch.read_value() // batches_per_pass
+                first = tf.where(first < 0, current, first)
+                return first, current <= first
+
+            dataset = dataset.scan(tf.constant(-1, tf.int64), in_first_pass).take_while(lambda more: more)
+        options = tf.data.Options()
+        # Each element must be read as its step asks for it, never ahead: no prefetch, no
+        # parallel map, none of tf.data's rewrites.
+        options.experimental_optimization.apply_default_optimizations = False
+        options.experimental_optimization.inject_prefetch = False
+        # Nothing here to tune, and the tuning thread is what an iterator's end waits for: at
+        # the end of every pass, on a busy core, a worker stopped there for seconds, and its
+        # group with it.
+        options.autotune.enabled = False
+        return dataset.map(read).with_options(options)
+
+
+def _unmirrored_variable(initial: tf.Tensor, shape: tf.TensorShape) -> tf.Variable:
+    # `tf.Variable` goes through the variable creators of the strategy in scope (a user
+    # may call `fit` inside it); a ResourceVariable made directly is a plain one.
+    return resource_variable_ops.ResourceVariable(initial, shape=shape, trainable=False)
 
 
 def first_examples(x: Any, y: Any, sample_weight: Any, count: int) -> tuple[Any, Any, Any]:

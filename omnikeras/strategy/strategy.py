@@ -114,14 +114,19 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
         statistics = [v.value for v in self.worker.statistics]
         values = [tf.convert_to_tensor(self.experimental_local_results(v)[0]) for v in statistics]
         variables = trained + statistics
+        next_share = self.worker.next_share
+        assert next_share is not None, "fit reads its data through the worker"
         with tf.device("/cpu:0"):
-            weights = tf.numpy_function(
+            outputs = tf.numpy_function(
                 functools.partial(self.worker.push_pull, names + tuple(v.path for v in self.worker.statistics)),
                 [self._loss_sums(), *gradients, *values],
-                Tout=[v.dtype for v in variables],
+                Tout=[*(v.dtype for v in variables), *next_share.dtypes],
                 stateful=True,
             )
-        for variable, weight in zip(variables, weights):
+            # The reply names the next step's batch, and the exchange chose this worker's
+            # share of it: the next step's input reads it from there.
+            next_share.fill(outputs[len(variables) :])
+        for variable, weight in zip(variables, outputs[: len(variables)]):
             weight.set_shape(variable.shape)
             self.extended.update(variable, _assign, args=(weight,), group=False)
 

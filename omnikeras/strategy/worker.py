@@ -5,7 +5,7 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import grpc
@@ -39,15 +39,15 @@ class ClusterWorker:
         )
         self.place: GroupPlace | None = None
         # The training batches; the one this worker's group reads next, as the server
-        # handed it out; and the one the step under way read.
+        # handed it out, and the members that share it; this worker's share of it, and
+        # the variables the next step reads that share from.
         self.source: data.BatchSource | None = None
         self.next_batch = 0
         self._next_members: tuple[int, ...] = ()
-        self.reading: int | None = None
-        # Epochs end where a pass over the data ends, unless `fit` was given its steps.
-        self._epochs_by_pass = True
+        self._share: data.Share | None = None
+        self.next_share: data.NextShare | None = None
         self.batch_size = 32
-        # Rows of the step's share: its weight in its group's mean.
+        # Rows of the last pushed step's share: its weight in its group's mean.
         self.example_count = 1
         self.step = 0
         # What the server holds: the trainable variables, then the statistics.
@@ -76,12 +76,23 @@ class ClusterWorker:
         self._data = (x, y, sample_weight)
         self.examples = data.example_count(x)
 
-    def read_from(self, source: data.BatchSource, epochs_by_pass: bool) -> Any:
-        """The dataset `fit` trains on: this worker's share of each batch its group reads.
-        With `epochs_by_pass`, each epoch ends where a pass over the data ends."""
+    def read_from(self, source: data.BatchSource, epochs_by_pass: bool) -> tf.data.Dataset:
+        """The dataset `fit` trains on: this worker's share of each batch its group reads,
+        chosen as each step's reply names the next batch. With `epochs_by_pass`, each
+        epoch ends where a pass over the data ends."""
         self.source = source
-        self._epochs_by_pass = epochs_by_pass and source.batches_per_pass is not None
-        return data.dataset_of(self._shares, source.element_spec)
+        dtypes = [spec.dtype for spec in tf.nest.flatten(source.element_spec)]
+        # A later `fit` keeps the variables that the train step, traced once, fills.
+        if self.next_share is None or self.next_share.array_dtypes != tuple(dtypes):
+            self.next_share = data.NextShare(dtypes)
+        self.next_share.put(self._choose_share())
+        return self.next_share.dataset(source.element_spec, source.batches_per_pass if epochs_by_pass else None)
+
+    @property
+    def reading(self) -> int | None:
+        """The batch the step under way reads (from a reply on, the batch the next step
+        will read)."""
+        return None if self._share is None else self._share.batch
 
     @property
     def steps_per_epoch(self) -> int | None:
@@ -90,20 +101,11 @@ class ClusterWorker:
             return None
         return math.ceil(self.source.batches_per_pass / self.place.num_groups)
 
-    def _shares(self) -> Iterator[Any]:
-        assert self.source is not None and self.place is not None
-        per_pass = self.source.batches_per_pass
-        epoch = None
-        while True:
-            if per_pass and self._epochs_by_pass:
-                if epoch is None:
-                    epoch = self.next_batch // per_pass
-                elif self.next_batch // per_pass > epoch:
-                    return
-            self.reading = self.next_batch
-            share = data.share(self.source.batch(self.next_batch), self._place_in_next_batch())
-            self.example_count = len(tf.nest.flatten(share)[0])
-            yield share
+    def _choose_share(self) -> data.Share:
+        """This worker's share of the batch its group reads next."""
+        assert self.source is not None
+        self._share = data.share_of(self.source, self.next_batch, self._place_in_next_batch())
+        return self._share
 
     def _place_in_next_batch(self) -> GroupPlace:
         """This worker's place among the members that share the next batch: they were its
@@ -209,16 +211,21 @@ class ClusterWorker:
 
     def push_pull(self, names: Sequence[str], loss_sums: np.ndarray, *gradients: np.ndarray) -> list[np.ndarray]:
         """One group step: this worker's gradients (of the variables `names`, by path) and
-        the step's loss out, the group step's weights of the same variables back.
-        `loss_sums` are the sums of Keras' loss tracker (losses and examples so far).
+        the step's loss out, the group step's weights of the same variables back, and
+        after them the next step's share (as `NextShare.fill` takes it). `loss_sums` are
+        the sums of Keras' loss tracker (losses and examples so far).
 
         An error is kept in `failure` as well: TensorFlow hands it on wrapped in its own.
         """
+        assert self._share is not None, "read_from chooses the first share"
+        self.example_count = self._share.rows
         try:
-            return self._push_pull(names, gradients, self._step_loss(float(loss_sums[0]), float(loss_sums[1])))
+            weights = self._push_pull(names, gradients, self._step_loss(float(loss_sums[0]), float(loss_sums[1])))
+            share = self._choose_share()
         except Exception as error:
             self.failure = error
             raise
+        return [*weights, np.asarray(share.batch, np.int64), *share.arrays]
 
     def _step_loss(self, total: float, count: float) -> float | None:
         """This step's loss from the tracker's sums; None where their change is not this
