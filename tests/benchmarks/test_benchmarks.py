@@ -18,7 +18,9 @@ BENCHMARKS = pathlib.Path(__file__).resolve().parents[2] / "benchmarks"
     "script, keys",
     [
         ("ps_roundtrip.py", {"roundtrip_vs_echo_1M", "roundtrip_vs_echo_25M", "same_host_roundtrip_vs_echo_25M", "pushes_per_s_8x100K"}),
-        ("strategy_overhead.py", {"step_time_vs_plain_keras_main", "step_time_vs_plain_keras_reference"}),
+        ("strategy_overhead.py", {
+            "step_time_vs_plain_keras_main", "step_time_vs_plain_keras_reference", "epoch_time_vs_plain_keras_main",
+        }),
         ("step_breakdown.py", {
             "plain_ms", "hook_only_ms", "grpc_ms", "shared_memory_ms", "grpc_exchange_ms", "shared_memory_exchange_ms",
             "shared_memory_copy_in_ms", "shared_memory_wait_ms", "server_update_ms",
