@@ -30,8 +30,9 @@ class BatchSource(Protocol):
     def batches_per_pass(self) -> int | None:
         """Batches in one pass over the data; None for an endless dataset."""
 
-    def batch(self, index: int) -> Any:
-        """Batch `index` as NumPy arrays, in the structure `fit` reads."""
+    def batch(self, index: int) -> tuple[np.ndarray, ...]:
+        """Batch `index` as NumPy arrays, flattened in the order of `element_spec`'s
+        structure (what `tf.nest.flatten` gives)."""
 
 
 class ArrayBatches:
@@ -46,23 +47,23 @@ class ArrayBatches:
                 f"got {type(x).__name__}"
             )
         parts = tuple(part for part in (x, y, sample_weight) if part is not None)
-        self.elements = tf.nest.map_structure(np.asarray, parts if len(parts) > 1 else parts[0])
-        self.example_count = len(tf.nest.flatten(self.elements)[0])
+        elements = tf.nest.map_structure(np.asarray, parts if len(parts) > 1 else parts[0])
+        # Flat once: a structure walked at every step costs more than the rows it picks.
+        self._arrays = tuple(tf.nest.flatten(elements))
+        self.example_count = len(self._arrays[0])
         self.batch_size = batch_size
         self.batches_per_pass = self.example_count // batch_size
         if self.batches_per_pass == 0:
             raise ValueError(f"{self.example_count} examples make no batch of {batch_size}")
-        self.element_spec = tf.nest.map_structure(
-            lambda a: tf.TensorSpec((None, *a.shape[1:]), a.dtype), self.elements
-        )
+        self.element_spec = tf.nest.map_structure(lambda a: tf.TensorSpec((None, *a.shape[1:]), a.dtype), elements)
         self._shuffle = shuffle
         self._seed = seed
         self._order_of_pass = (-1, np.arange(0))
 
-    def batch(self, index: int) -> Any:
+    def batch(self, index: int) -> tuple[np.ndarray, ...]:
         number, position = divmod(index, self.batches_per_pass)
         rows = self._order(number)[position * self.batch_size : (position + 1) * self.batch_size]
-        return tf.nest.map_structure(lambda a: a[rows], self.elements)
+        return tuple(a[rows] for a in self._arrays)
 
     def _order(self, number: int) -> np.ndarray:
         if self._order_of_pass[0] != number:
@@ -98,7 +99,7 @@ class DatasetBatches:
         self._stream: Iterator[Any] | None = None
         self._position = 0
 
-    def batch(self, index: int) -> Any:
+    def batch(self, index: int) -> tuple[np.ndarray, ...]:
         if self._stream is None or index < self._position:
             # Back to an earlier batch (after a server restart): walk again from the start.
             self._stream, self._position = iter(self._dataset.repeat()), 0
@@ -106,7 +107,7 @@ class DatasetBatches:
             next(self._stream)
             self._position += 1
         self._position += 1
-        return tf.nest.map_structure(np.asarray, next(self._stream))
+        return tuple(np.asarray(a) for a in tf.nest.flatten(next(self._stream)))
 
 
 def batch_source(
@@ -120,14 +121,16 @@ def batch_source(
     return ArrayBatches(x, y, sample_weight, batch_size, shuffle, seed)
 
 
-def share(batch: Any, place: GroupPlace) -> Any:
-    """A member's rows of its group's batch: at least one, also of a batch shorter than
-    the group (a dataset's last), where the members without a row of their own take the
-    last one."""
-    count = len(tf.nest.flatten(batch)[0])
+def share(batch: tuple[np.ndarray, ...], place: GroupPlace) -> tuple[np.ndarray, ...]:
+    """A member's rows of its group's batch (flat arrays, as `BatchSource.batch` gives
+    them): at least one, also of a batch shorter than the group (a dataset's last), where
+    the members without a row of their own take the last one."""
+    count = len(batch[0])
     start = min(round(count * place.start), count - 1)
     stop = max(round(count * place.stop), start + 1)
-    return tf.nest.map_structure(lambda a: a[start:stop], batch)
+    if (start, stop) == (0, count):
+        return batch
+    return tuple(a[start:stop] for a in batch)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,7 +148,7 @@ class Share:
 
 def share_of(source: BatchSource, batch: int, place: GroupPlace) -> Share:
     """The rows of batch `batch` that `place` takes."""
-    return Share(batch, tuple(tf.nest.flatten(share(source.batch(batch), place))))
+    return Share(batch, share(source.batch(batch), place))
 
 
 class NextShare:

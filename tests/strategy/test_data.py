@@ -43,7 +43,7 @@ def test_members_shares_of_the_batches_cover_each_example_once(groups: list[list
 def test_every_pass_is_shuffled_anew_and_alike_on_every_worker() -> None:
     def passes(seed: int) -> list[list[int]]:
         source = data.ArrayBatches(np.arange(50), None, None, 10, shuffle=True, seed=seed)
-        return [np.concatenate([source.batch(p * 5 + i) for i in range(5)]).tolist() for p in range(3)]
+        return [np.concatenate([source.batch(p * 5 + i)[0] for i in range(5)]).tolist() for p in range(3)]
 
     first, second = passes(seed=7), passes(seed=7)
     assert first == second
@@ -53,24 +53,24 @@ def test_every_pass_is_shuffled_anew_and_alike_on_every_worker() -> None:
 
 def test_batch_shuffle_keeps_each_batch_whole_and_no_shuffle_keeps_the_order() -> None:
     by_batch = data.ArrayBatches(np.arange(40), None, None, 10, shuffle="batch", seed=1)
-    batches = [by_batch.batch(i).tolist() for i in range(4)]
+    batches = [by_batch.batch(i)[0].tolist() for i in range(4)]
     assert sorted(b[0] for b in batches) == [0, 10, 20, 30]
     assert all(b == list(range(b[0], b[0] + 10)) for b in batches)
     ordered = data.ArrayBatches(np.arange(40), None, None, 10, shuffle=False, seed=1)
-    assert ordered.batch(5).tolist() == list(range(10, 20)), "batch 5 is the second of the second pass"
+    assert ordered.batch(5)[0].tolist() == list(range(10, 20)), "batch 5 is the second of the second pass"
 
 
 def test_a_short_last_batch_of_arrays_is_left_out() -> None:
     source = data.ArrayBatches(np.arange(25), None, None, 10, shuffle=False, seed=0)
     assert source.batches_per_pass == 2
-    assert source.batch(2).tolist() == list(range(10)), "the next pass starts after two batches"
+    assert source.batch(2)[0].tolist() == list(range(10)), "the next pass starts after two batches"
 
 
 def test_a_dataset_s_batches_are_its_elements_repeated_and_read_back_from_the_start() -> None:
     source = data.DatasetBatches(tf.data.Dataset.range(10).batch(4))  # 4, 4, 2 rows
     assert source.batches_per_pass == 3
-    assert source.batch(4).tolist() == [4, 5, 6, 7]
-    assert source.batch(1).tolist() == [4, 5, 6, 7], "an earlier batch: walked again from the start"
+    assert source.batch(4)[0].tolist() == [4, 5, 6, 7]
+    assert source.batch(1)[0].tolist() == [4, 5, 6, 7], "an earlier batch: walked again from the start"
     counted = data.DatasetBatches(tf.data.Dataset.range(10).filter(lambda v: v < 8).batch(4))
     assert counted.batches_per_pass == 2, "a dataset of unknown length is counted once"
     assert data.DatasetBatches(tf.data.Dataset.range(3).repeat().batch(2)).batches_per_pass is None
@@ -78,8 +78,8 @@ def test_a_dataset_s_batches_are_its_elements_repeated_and_read_back_from_the_st
 
 def test_a_batch_shorter_than_the_group_still_gives_each_member_a_row() -> None:
     first, second, third = _places([[1.0, 1.0, 1.0]])
-    short = np.arange(2)
-    assert [data.share(short, p).tolist() for p in (first, second, third)] == [[0], [1], [1]]
+    short = (np.arange(2),)
+    assert [data.share(short, p)[0].tolist() for p in (first, second, third)] == [[0], [1], [1]]
 
 
 def test_a_three_times_faster_member_gets_three_times_the_rows() -> None:
