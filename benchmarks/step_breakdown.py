@@ -87,6 +87,10 @@ class PreparedReplies:
     def __init__(self, client: ParameterServerClient) -> None:
         self._client = client
         self._weights: dict[str, np.ndarray] = {}
+        self._ahead: dict[str, np.ndarray] = {}
+
+    def write_ahead(self, gradients: dict[str, np.ndarray]) -> None:
+        self._ahead = dict(gradients)
 
     def push_pull(
         self,
@@ -96,6 +100,7 @@ class PreparedReplies:
         batch: int | None = None,
         loss: float | None = None,
     ) -> tuple[PushResult, PullResult]:
+        gradients, self._ahead = {**self._ahead, **gradients}, {}
         for name, gradient in gradients.items():
             if name not in self._weights:
                 room = np.zeros(gradient.nbytes + 64, np.uint8)

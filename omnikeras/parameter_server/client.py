@@ -92,6 +92,8 @@ class ParameterServerClient:
         # Each shard's server id at this client's registration.
         self._registered_with = [""] * len(self.shards)
         self._pool = futures.ThreadPoolExecutor(len(self.shards)) if len(self.shards) > 1 else None
+        # Gradients of the next push handed over ahead of it (`write_ahead`).
+        self._ahead: dict[str, np.ndarray] = {}
 
     # Membership ---------------------------------------------------------------------------
 
@@ -211,6 +213,8 @@ class ParameterServerClient:
         """
 
         channels = self._connect()
+        gradients = {**self._ahead, **gradients}
+        self._ahead = {}
         broken: list[str] = []
 
         def send(index: int, shard: ShardConnection) -> tuple[PushResult, int, dict[str, np.ndarray]]:
@@ -241,6 +245,20 @@ class ParameterServerClient:
                 logger.info("shared-memory exchange with %s closed; the next push connects again", broken)
                 self._forget_model()
         return replies[0][0], self._merge([(version, weights) for _, version, weights in replies])
+
+    def write_ahead(self, gradients: Mapping[str, np.ndarray]) -> None:
+        """Hands over some of the next `push_pull`'s gradients before the others exist.
+
+        A training step calls it with the gradients backpropagation produces first (the
+        later layers'): through shared memory they are copied into the segment at once,
+        while the step computes the rest, and the `push_pull` that follows leaves them
+        out of its arguments. Over gRPC they are kept until that push.
+        """
+        channels = self._connect()
+        for index in range(len(self.shards)):
+            mine = self._shard_part(index, gradients)
+            channel = channels[index]
+            self._ahead.update(channel.write(mine) if channel is not None else mine)
 
     @property
     def shared_memory_shards(self) -> list[str]:

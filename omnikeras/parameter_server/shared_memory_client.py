@@ -68,23 +68,15 @@ class SharedMemoryChannel:
     def push_pull(
         self, gradients: Mapping[str, np.ndarray], header: pb.PushHeader
     ) -> tuple[pb.PushReply, int, dict[str, np.ndarray]]:
-        """Pushes `gradients` (every variable of the shard) and returns the push's outcome,
-        the weights' version and the weights: read-only views of the segment, valid until
-        the next push."""
+        """Pushes `gradients` (every variable of the shard; views that `write` returned
+        are in place already) and returns the push's outcome, the weights' version and the
+        weights: read-only views of the segment, valid until the next push."""
         if gradients.keys() != self.gradients.keys():
             raise StatusError(
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"a push carries every variable of the shard: missing {sorted(self.gradients.keys() - gradients.keys())}",
             )
-        for name, target in self.gradients.items():
-            gradient = gradients[name]
-            if gradient.shape != target.shape or gradient.dtype != target.dtype:
-                raise StatusError(
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    f"variable {name!r}: got {gradient.dtype.name}{list(gradient.shape)}, "
-                    f"expected {target.dtype.name}{list(target.shape)}",
-                )
-            parallel.copy(target, gradient)
+        self.write({name: g for name, g in gradients.items() if g is not self.gradients[name]})
         try:
             shared_memory.send(self._connection, header)
             reply = shared_memory.receive(self._connection, pb.SharedMemoryReply)
@@ -97,6 +89,22 @@ class SharedMemoryChannel:
         if reply.code:
             raise StatusError.of(reply)
         return reply.push, reply.model_version, self._read_only_weights
+
+    def write(self, gradients: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Copies `gradients` (some of the shard's variables) into the segment and returns
+        their views there: passed to `push_pull` in their place, they are not copied again."""
+        for name, gradient in gradients.items():
+            target = self.gradients.get(name)
+            if target is None:
+                raise StatusError(grpc.StatusCode.INVALID_ARGUMENT, f"the shard holds no variable {name!r}")
+            if gradient.shape != target.shape or gradient.dtype != target.dtype:
+                raise StatusError(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"variable {name!r}: got {gradient.dtype.name}{list(gradient.shape)}, "
+                    f"expected {target.dtype.name}{list(target.shape)}",
+                )
+            parallel.copy(target, gradient)
+        return {name: self.gradients[name] for name in gradients}
 
     def close(self) -> None:
         self._connection.close()

@@ -113,16 +113,33 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
         # The statistics as this step's forward pass left them: the worker pushes the change.
         statistics = [v.value for v in self.worker.statistics]
         values = [tf.convert_to_tensor(self.experimental_local_results(v)[0]) for v in statistics]
-        variables = trained + statistics
         next_share = self.worker.next_share
         assert next_share is not None, "fit reads its data through the worker"
+        # Backpropagation produces the later layers' gradients first: they are written
+        # ahead, while it computes the others, and only the rest wait for the last one.
+        split = len(trained) - ahead_count(len(trained))
+        # The weights come back in the order the gradients went out.
+        variables = trained[split:] + trained[:split] + statistics
         with tf.device("/cpu:0"):
-            outputs = tf.numpy_function(
-                functools.partial(self.worker.push_pull, names + tuple(v.path for v in self.worker.statistics)),
-                [self._loss_sums(), *gradients, *values],
-                Tout=[*(v.dtype for v in variables), *next_share.dtypes],
-                stateful=True,
-            )
+            written = []
+            if split < len(trained):
+                written = [
+                    tf.numpy_function(
+                        functools.partial(self.worker.write_ahead, names[split:]),
+                        gradients[split:],
+                        Tout=tf.int64,
+                        stateful=True,
+                    )
+                ]
+            with tf.control_dependencies(written):
+                outputs = tf.numpy_function(
+                    functools.partial(
+                        self.worker.push_pull, names[:split] + tuple(v.path for v in self.worker.statistics)
+                    ),
+                    [self._loss_sums(), *gradients[:split], *values],
+                    Tout=[*(v.dtype for v in variables), *next_share.dtypes],
+                    stateful=True,
+                )
             # The reply names the next step's batch, and the exchange chose this worker's
             # share of it: the next step's input reads it from there.
             next_share.fill(outputs[len(variables) :])
@@ -142,6 +159,12 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
             for variable in (tracker.total, tracker.count)
         ]
         return tf.stack(sums)
+
+
+def ahead_count(trained: int) -> int:
+    """How many of a step's `trained` variables (in the model's order) have their
+    gradients written ahead of the push: the later half."""
+    return trained // 2
 
 
 def _assign(variable: tf.Variable, value: tf.Tensor) -> tf.Operation:

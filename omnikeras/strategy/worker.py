@@ -63,6 +63,8 @@ class ClusterWorker:
         self.loss_tracker: keras.metrics.Mean | None = None
         self._loss_sums = (0.0, 0.0)
         self.rejected_steps = 0
+        # The variables whose gradients this step wrote ahead of its push.
+        self._ahead: tuple[str, ...] = ()
         # What ended the last exchange with the servers, if it failed.
         self.failure: Exception | None = None
         # Set when this worker comes back after the chief ended training.
@@ -209,18 +211,38 @@ class ClusterWorker:
         self.hyperparameters = dataclasses.replace(self.hyperparameters, **changes)
         self.client.set_hyperparameters(self.hyperparameters)
 
+    def write_ahead(self, names: Sequence[str], *gradients: np.ndarray) -> np.ndarray:
+        """The first part of a group step: the gradients backpropagation produces first
+        (of the variables `names`), handed to the client while the step computes the
+        rest. The `push_pull` that follows sends them and returns their weights first.
+
+        An error is kept in `failure` as well: TensorFlow hands it on wrapped in its own.
+        """
+        self._ahead = tuple(names)
+        if not self._training_over:
+            try:
+                self.client.write_ahead(dict(zip(names, gradients)))
+            except Exception as error:
+                self.failure = error
+                raise
+        return np.int64(len(names))
+
     def push_pull(self, names: Sequence[str], loss_sums: np.ndarray, *gradients: np.ndarray) -> list[np.ndarray]:
         """One group step: this worker's gradients (of the variables `names`, by path) and
-        the step's loss out, the group step's weights of the same variables back, and
-        after them the next step's share (as `NextShare.fill` takes it). `loss_sums` are
-        the sums of Keras' loss tracker (losses and examples so far).
+        the step's loss out, the group step's weights of the variables written ahead
+        (`write_ahead`) and of `names` back, and after them the next step's share (as
+        `NextShare.fill` takes it). `loss_sums` are the sums of Keras' loss tracker
+        (losses and examples so far).
 
         An error is kept in `failure` as well: TensorFlow hands it on wrapped in its own.
         """
         assert self._share is not None, "read_from chooses the first share"
         self.example_count = self._share.rows
+        ahead, self._ahead = self._ahead, ()
         try:
-            weights = self._push_pull(names, gradients, self._step_loss(float(loss_sums[0]), float(loss_sums[1])))
+            weights = self._push_pull(
+                ahead, names, gradients, self._step_loss(float(loss_sums[0]), float(loss_sums[1]))
+            )
             share = self._choose_share()
         except Exception as error:
             self.failure = error
@@ -239,16 +261,19 @@ class ClusterWorker:
         loss = (total - last_total) / self.example_count
         return loss if math.isfinite(loss) else None
 
-    def _push_pull(self, names: Sequence[str], gradients: Sequence[np.ndarray], loss: float | None) -> list[np.ndarray]:
+    def _push_pull(
+        self, ahead: Sequence[str], pushed_now: Sequence[str], gradients: Sequence[np.ndarray], loss: float | None
+    ) -> list[np.ndarray]:
+        names = [*ahead, *pushed_now]
         if self._training_over:
             return self._pull_current(names)
         self.step += 1
-        pushed = dict(zip(names, gradients))
+        pushed = dict(zip(pushed_now, gradients))
         for name, pulled_value in self._pulled_statistics.items():
             pushed[name] = pushed[name] - pulled_value
-        if len(pushed) < len(self.names):
+        if len(ahead) + len(pushed) < len(self.names):
             for name in self.names:
-                if name not in pushed:
+                if name not in pushed and name not in ahead:
                     shape, dtype = self.shapes[name]
                     pushed[name] = np.zeros(shape, dtype)
         try:

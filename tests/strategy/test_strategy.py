@@ -95,6 +95,45 @@ def test_shared_memory_and_grpc_train_bit_identical_models() -> None:
         np.testing.assert_array_equal(through_memory, through_grpc)
 
 
+def _two_layer_model(strategy: omnikeras.GroupedAsyncStrategy) -> keras.Model:
+    with strategy.scope():
+        model = keras.Sequential([
+            keras.Input((4,)),
+            keras.layers.Dense(8, activation="relu"),
+            keras.layers.Dense(3, activation="softmax"),
+        ])
+        model.compile(optimizer=keras.optimizers.SGD(0.3, momentum=0.5), loss="sparse_categorical_crossentropy")
+    return model
+
+
+@pytest.mark.parametrize("shared_memory", [True, False])
+def test_gradients_written_ahead_train_the_same_bits_as_one_push(monkeypatch, shared_memory: bool) -> None:
+    trained = {}
+    for written_ahead in (True, False):
+        if not written_ahead:
+            monkeypatch.setattr(omnikeras.strategy.strategy, "ahead_count", lambda trained: 0)
+        server = ParameterServer()
+        server.start()
+        try:
+            keras.utils.set_random_seed(0)
+            strategy = omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,), shared_memory=shared_memory))
+            client = strategy.worker.client
+            written: list[list[str]] = []
+            write_ahead = client.write_ahead
+            monkeypatch.setattr(client, "write_ahead", lambda gradients: (written.append(sorted(gradients)), write_ahead(gradients)))
+            model = _two_layer_model(strategy)
+            model.fit(*_data(), batch_size=32, epochs=3, verbose=0)
+            # The later layer's kernel and bias went ahead at every step.
+            later = sorted(v.path for v in model.layers[1].trainable_variables)
+            assert written == ([later] * 9 if written_ahead else [])
+            assert server.coordinator.stats().updates_applied == 9
+            trained[written_ahead] = model.get_weights()
+        finally:
+            server.stop()
+    for ahead, at_once in zip(trained[True], trained[False]):
+        np.testing.assert_array_equal(ahead, at_once)
+
+
 def test_the_model_keeps_no_memory_of_the_shared_segment(server) -> None:
     strategy = omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,)))
     model = _model(strategy, keras.optimizers.SGD, learning_rate=0.5)
