@@ -8,7 +8,7 @@ import sys
 import threading
 
 from omnikeras import tf_config
-from omnikeras.parameter_server import Hyperparameters, ParameterServer
+from omnikeras.parameter_server import Hyperparameters, ParameterServer, allocator
 from omnikeras.processes import SERVER_READY
 
 
@@ -48,6 +48,8 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s ps %(levelname)s %(message)s")
+    # This process is the server's alone: its allocator may keep what each step frees.
+    allocator.keep_freed_memory()
     try:
         host, port = _address(args)
         server = ParameterServer(

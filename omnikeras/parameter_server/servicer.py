@@ -15,6 +15,7 @@ import numpy as np
 from google.protobuf.message import Message
 
 from omnikeras.parameter_server import tensors
+from omnikeras.parameter_server.buffer_pool import BufferPool
 from omnikeras.parameter_server.errors import (
     REFUSAL_KEY,
     FailedPrecondition,
@@ -33,6 +34,8 @@ logger = logging.getLogger(__name__)
 
 _Handler = TypeVar("_Handler", bound=Callable)
 _SERVICE = pb.DESCRIPTOR.services_by_name["ParameterServer"]
+# Gradients kept for reuse: as many as pushes over gRPC are usually in flight at once.
+_SPARE_GRADIENTS = 8
 # The longest a pull may wait for the model: every wait has a deadline.
 MAX_WAIT_SECONDS = 3600.0
 
@@ -80,6 +83,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
         self.save_checkpoint = save_checkpoint
         self.shared_memory_socket = shared_memory_socket
         self._started = time.monotonic()
+        self._gradient_buffers = BufferPool(_SPARE_GRADIENTS)
 
     @_status_on_error
     def Register(self, request: pb.RegisterRequest, context: grpc.ServicerContext) -> pb.RegisterReply:
@@ -208,11 +212,13 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
             raise InvalidArgument("a push must start with its header")
         header = first.message.header
         self.coordinator.check_pusher(header.worker_id)
-        gradients, non_finite, magnitudes = _assemble(request_iterator, self.coordinator.model.specs)
+        gradients, non_finite, magnitudes = _assemble(
+            request_iterator, self.coordinator.model.specs, self._gradient_buffers.take()
+        )
         if non_finite is not None:
             self.coordinator.count_rejected_non_finite()
             raise NonFinite("gradient", non_finite)
-        return self.coordinator.push(
+        result = self.coordinator.push(
             header.worker_id,
             header.step,
             header.model_version,
@@ -224,6 +230,11 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
             magnitudes=magnitudes,
             loss=header.loss if header.HasField("loss") else None,
         )
+        # Its group step is applied, with the gradient as scratch space, or it was a
+        # retry's: the next push may rebuild its gradient here. (Not after an error: a
+        # caller that went away leaves its gradient in the step still pending.)
+        self._gradient_buffers.give_back(gradients)
+        return result
 
 
 def add_to_server(servicer: ParameterServerServicer, server: grpc.Server) -> None:
@@ -263,8 +274,10 @@ def _has_chunks(message_type: type[Message]) -> bool:
 def _assemble(
     requests: Iterator[tensors.Received[pb.PushRequest]] | Iterator[tensors.Received[pb.InitModelRequest]],
     expected: Mapping[str, tensors.VariableSpec] | None = None,
+    into: Mapping[str, np.ndarray] | None = None,
 ) -> tuple[dict[str, np.ndarray], str | None, dict[str, float]]:
-    """The tensors of a stream, the first of them that holds NaN or Inf, if any, and
+    """The tensors of a stream (rebuilt `into` arrays of theirs where given, see
+    `tensors.TensorAssembler`), the first of them that holds NaN or Inf, if any, and
     each one's sum of magnitudes (see `tensors.magnitude`).
 
     Each chunk is checked as it arrives, while the next ones are in flight: after the
@@ -282,7 +295,7 @@ def _assemble(
         else:
             magnitudes[name] += magnitude
 
-    assembler = tensors.TensorAssembler(expected, inspect=check)
+    assembler = tensors.TensorAssembler(expected, inspect=check, into=into)
     for request in requests:
         if not request.message.HasField("chunk"):
             raise InvalidArgument("after the first message, a stream carries only tensor chunks")

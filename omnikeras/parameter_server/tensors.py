@@ -273,15 +273,21 @@ class TensorAssembler:
     `inspect`, if given, is called with a variable's name and the elements each chunk
     completes (a view into the array being rebuilt), so that they can be examined while
     the chunks that follow are still in flight, and while they are still in the CPU cache.
+
+    `into`, if given, holds arrays to rebuild into, by name, where one has the variable's
+    dtype and shape: a new array of 100 MB costs 25,000 page faults as it is first
+    written, more than copying into it.
     """
 
     def __init__(
         self,
         expected: Mapping[str, VariableSpec] | None = None,
         inspect: Callable[[str, np.ndarray], None] | None = None,
+        into: Mapping[str, np.ndarray] | None = None,
     ) -> None:
         self._expected = expected
         self._inspect = inspect
+        self._into = into or {}
         self.arrays: dict[str, np.ndarray] = {}
         self._current: tuple[VariableSpec, np.ndarray] | None = None
         self._filled = 0
@@ -336,7 +342,9 @@ class TensorAssembler:
                     f"variable {shown(spec.name)}: got {spec.dtype.name}{list(spec.shape)[:MAX_RANK]}, "
                     f"expected {expected.dtype.name}{list(expected.shape)}"
                 )
-        array = np.empty(spec.shape, dtype=spec.dtype)
+        array = self._into.get(spec.name)
+        if array is None or (array.dtype, array.shape) != (spec.dtype, spec.shape) or not _writable_whole(array):
+            array = np.empty(spec.shape, dtype=spec.dtype)
         self._current = (spec, array.reshape(-1).view(np.uint8))
         self._inspected = 0
         self.arrays[spec.name] = array
@@ -351,6 +359,10 @@ class TensorAssembler:
             )
         self._current = None
         self._filled = 0
+
+
+def _writable_whole(array: np.ndarray) -> bool:
+    return bool(array.flags.c_contiguous and array.flags.writeable)
 
 
 def assemble(

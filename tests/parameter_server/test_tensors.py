@@ -101,3 +101,23 @@ def test_the_magnitude_of_float16_values_is_summed_without_overflow() -> None:
     # would take it for a magnitude near the limit.
     assert tensors.magnitude(np.ones(70_000, np.float16)) == 70_000
     assert tensors.magnitude(np.array([1, np.nan], np.float16)) is None
+
+
+def test_an_assembler_rebuilds_into_the_arrays_it_is_given_where_they_fit() -> None:
+    weights = {"w": np.arange(300_000, dtype=np.float32), "b": np.arange(3, dtype=np.float32)}
+    reused = np.zeros(300_000, np.float32)
+    # A wrong shape and a read-only array are not written into.
+    wrong_shape = np.zeros(4, np.float32)
+    assembler = tensors.TensorAssembler(into={"w": reused, "b": wrong_shape})
+    for chunk in tensors.encode(weights, chunk_bytes=1 << 16):
+        assembler.add(chunk)
+    arrays = assembler.finish()
+    assert arrays["w"] is reused and arrays["b"] is not wrong_shape
+    np.testing.assert_array_equal(reused, weights["w"])
+    np.testing.assert_array_equal(arrays["b"], weights["b"])
+    read_only = np.zeros(3, np.float32)
+    read_only.flags.writeable = False
+    assembler = tensors.TensorAssembler(into={"b": read_only})
+    for chunk in tensors.encode({"b": weights["b"]}):
+        assembler.add(chunk)
+    assert assembler.finish()["b"] is not read_only and not read_only.any()
