@@ -10,15 +10,22 @@ from variables (`NextShare`).
 """
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import keras
 import numpy as np
 import tensorflow as tf
+from keras.src.trainers.data_adapters import data_adapter_utils
+from keras.src.trainers.data_adapters.tf_dataset_adapter import make_class_weight_map_fn
 from tensorflow.python.ops import resource_variable_ops
 
 from omnikeras.strategy.place import GroupPlace
+from omnikeras.strategy.py_dataset import PyDatasetBatches
+
+# The batches whose shapes make a generator's element spec, as Keras takes them.
+_BATCHES_FOR_SPEC = data_adapter_utils.NUM_BATCHES_FOR_TENSOR_SPEC
 
 
 class BatchSource(Protocol):
@@ -43,8 +50,8 @@ class ArrayBatches:
     def __init__(self, x: Any, y: Any, sample_weight: Any, batch_size: int, shuffle: bool | str, seed: int) -> None:
         if not _is_array_structure(x):
             raise TypeError(
-                "GroupedAsyncStrategy reads NumPy arrays, tensors or a batched tf.data.Dataset; "
-                f"got {type(x).__name__}"
+                "GroupedAsyncStrategy reads NumPy arrays, tensors, a batched tf.data.Dataset, "
+                f"a keras.utils.PyDataset or a generator; got {type(x).__name__}"
             )
         parts = tuple(part for part in (x, y, sample_weight) if part is not None)
         elements = tf.nest.map_structure(np.asarray, parts if len(parts) > 1 else parts[0])
@@ -110,15 +117,98 @@ class DatasetBatches:
         return tuple(np.asarray(a) for a in tf.nest.flatten(next(self._stream)))
 
 
+class NoMoreBatches(Exception):
+    """A source that ends (a generator) has no batch of the index asked for."""
+
+
+class GeneratorBatches:
+    """The batches a Python generator (or any iterator) yields, in order: batch `i` is its
+    `i`-th item. Every worker runs the same script, so each reads its own copy of the
+    same batches: each walks to the batches its group reads and skips the others', and
+    across the workers every batch is read once. A generator's length is unknown until
+    it ends, and its end ends the epoch, as in Keras; it cannot be read again from an
+    earlier batch (after a parameter server's restart): a `keras.utils.PyDataset` can.
+    """
+
+    batches_per_pass = None
+
+    def __init__(self, generator: Iterator[Any]) -> None:
+        self._stream = iter(generator)
+        firsts = [_standardized(batch) for batch in itertools.islice(self._stream, _BATCHES_FOR_SPEC)]
+        if not firsts:
+            raise ValueError("the generator yields no batch")
+        self.element_spec = data_adapter_utils.get_tensor_spec(firsts)
+        self._dtypes = [spec.dtype.as_numpy_dtype for spec in tf.nest.flatten(self.element_spec)]
+        self._stream = itertools.chain(firsts, self._stream)
+        self._position = 0
+
+    def batch(self, index: int) -> tuple[np.ndarray, ...]:
+        if index < self._position:
+            raise ValueError(
+                f"batch {index} is behind the generator, which has yielded {self._position}: a generator "
+                "cannot be read again after the parameter server restarted; pass a keras.utils.PyDataset"
+            )
+        try:
+            while self._position < index:
+                next(self._stream)
+                self._position += 1
+            batch = _standardized(next(self._stream))
+        except StopIteration:
+            raise NoMoreBatches(f"the generator ended after {self._position} batches") from None
+        self._position += 1
+        return tuple(np.asarray(a, dtype) for a, dtype in zip(tf.nest.flatten(batch), self._dtypes, strict=True))
+
+
+def _standardized(batch: Any) -> Any:
+    """A generator's batch as Keras takes it: `(x,)`, `(x, y)` or `(x, y, sample_weight)`."""
+    if isinstance(batch, list):
+        batch = tuple(batch)
+    if not isinstance(batch, tuple):
+        batch = (batch,)
+    if not 1 <= len(batch) <= 3:
+        raise ValueError(f"a generator's batch must be (x,), (x, y) or (x, y, sample_weight); got {len(batch)} items")
+    return batch
+
+
 def batch_source(
-    x: Any, y: Any, sample_weight: Any, batch_size: int, shuffle: bool | str, seed: int
+    x: Any,
+    y: Any,
+    sample_weight: Any,
+    batch_size: int,
+    shuffle: bool | str,
+    seed: int,
+    class_weight: Mapping[int, float] | None = None,
 ) -> BatchSource:
-    """The batches `model.fit` would make of its arguments."""
+    """The batches `model.fit` would make of its arguments, with `class_weight` turned
+    into sample weights as Keras turns it."""
     if isinstance(x, tf.data.Dataset):
-        if y is not None or sample_weight is not None:
-            raise ValueError("with a tf.data.Dataset, pass y and sample_weight inside the dataset")
+        _no_y_or_sample_weight(y, sample_weight, "a tf.data.Dataset")
+        if class_weight is not None:
+            x = x.map(make_class_weight_map_fn(class_weight))
         return DatasetBatches(x)
+    if isinstance(x, keras.utils.PyDataset):
+        _no_y_or_sample_weight(y, sample_weight, "a PyDataset")
+        return PyDatasetBatches(x, shuffle, seed, class_weight)
+    if isinstance(x, Iterator):
+        _no_y_or_sample_weight(y, sample_weight, "a generator")
+        if class_weight is not None:
+            raise ValueError(
+                "class_weight is not supported for Python generator inputs, as in Keras: "
+                "yield (x, y, sample_weight) batches, or pass a keras.utils.PyDataset"
+            )
+        return GeneratorBatches(x)
+    if class_weight is not None:
+        if sample_weight is not None:
+            raise ValueError("You cannot `class_weight` and `sample_weight` at the same time.")
+        if tf.nest.is_nested(y):
+            raise ValueError("`class_weight` is only supported for Models with a single output.")
+        sample_weight = data_adapter_utils.class_weight_to_sample_weights(y, class_weight)
     return ArrayBatches(x, y, sample_weight, batch_size, shuffle, seed)
+
+
+def _no_y_or_sample_weight(y: Any, sample_weight: Any, kind: str) -> None:
+    if y is not None or sample_weight is not None:
+        raise ValueError(f"with {kind}, pass y and sample_weight inside its batches")
 
 
 def share(batch: tuple[np.ndarray, ...], place: GroupPlace) -> tuple[np.ndarray, ...]:
@@ -144,6 +234,11 @@ class Share:
     @property
     def rows(self) -> int:
         return len(self.arrays[0])
+
+    @classmethod
+    def end(cls, dtypes: Sequence[tf.DType]) -> "Share":
+        """The share after a source's last batch: no batch, no rows."""
+        return cls(-1, tuple(np.zeros(0, dtype.as_numpy_dtype) for dtype in dtypes))
 
 
 def share_of(source: BatchSource, batch: int, place: GroupPlace) -> Share:
@@ -194,9 +289,9 @@ class NextShare:
         self.fill([np.int64(share.batch), *share.arrays])
 
     def dataset(self, element_spec: Any, batches_per_pass: int | None) -> tf.data.Dataset:
-        """An endless dataset of the shares as they are put in place; with
-        `batches_per_pass`, each iterator ends where the next share lies in a later pass
-        over the data than its first."""
+        """The shares as they are put in place; with `batches_per_pass`, each iterator
+        ends where the next share lies in a later pass over the data than its first, and
+        without, where the data ended (`Share.end`)."""
         specs = tf.nest.flatten(element_spec)
 
         def read(_: tf.Tensor) -> Any:
@@ -212,6 +307,9 @@ class NextShare:
                 return first, current <= first
 
             dataset = dataset.scan(tf.constant(-1, tf.int64), in_first_pass).take_while(lambda more: more)
+        else:
+            # A source that ends (a generator) ends the epoch with its end (`Share.end`).
+            dataset = dataset.take_while(lambda _: self._batch.read_value() >= 0)
         options = tf.data.Options()
         # Each element must be read as its step asks for it, never ahead: no prefetch, no
         # parallel map, none of tf.data's rewrites.
@@ -232,10 +330,16 @@ def _unmirrored_variable(initial: tf.Tensor, shape: tf.TensorShape) -> tf.Variab
 
 def first_examples(x: Any, y: Any, sample_weight: Any, count: int) -> tuple[Any, Any, Any]:
     """The first `count` examples of `fit`'s data, in their order: the first rows of
-    arrays, or of a batched dataset's first batches. The same every time: a fixed probe."""
-    if isinstance(x, tf.data.Dataset):
+    arrays, or of a batched dataset's or a PyDataset's first batches. The same every
+    time: a fixed probe."""
+    if isinstance(x, Iterator):
+        raise TypeError(
+            "a generator's first examples cannot be read again: pass a keras.utils.PyDataset or arrays"
+        )
+    if isinstance(x, (tf.data.Dataset, keras.utils.PyDataset)):
         batches, rows = [], 0
-        for batch in x:
+        for batch in x if isinstance(x, tf.data.Dataset) else (x[i] for i in _items(x)):
+            batch = _standardized(batch)
             batches.append(tf.nest.map_structure(np.asarray, batch))
             rows += len(tf.nest.flatten(batch)[0])
             if rows >= count:
@@ -249,17 +353,24 @@ def first_examples(x: Any, y: Any, sample_weight: Any, count: int) -> tuple[Any,
     return head(x), head(y), head(sample_weight)
 
 
+def _items(dataset: keras.utils.PyDataset) -> Iterator[int]:
+    return itertools.count() if dataset.num_batches is None else iter(range(dataset.num_batches))
+
+
 def example_count(x: Any) -> int | None:
-    """Examples in `fit`'s data; None for a dataset of unknown length."""
-    if isinstance(x, tf.data.Dataset):
+    """Examples in `fit`'s data; None for a dataset, a PyDataset or a generator, whose
+    batches are counted, not their examples."""
+    if isinstance(x, (tf.data.Dataset, keras.utils.PyDataset, Iterator)):
         return None
     return len(tf.nest.flatten(x)[0])
 
 
 def split_validation(x: Any, y: Any, sample_weight: Any, fraction: float) -> tuple[tuple, tuple]:
     """Splits off the last `fraction` of the arrays, as Keras' `validation_split` does."""
-    if isinstance(x, tf.data.Dataset):
-        raise ValueError("validation_split needs arrays; pass validation_data with a dataset")
+    if not _is_array_structure(x):
+        raise ValueError(
+            f"validation_split needs arrays, as in Keras; with {type(x).__name__}, pass validation_data"
+        )
     if not 0 < fraction < 1:
         raise ValueError(f"validation_split must be in (0, 1), got {fraction}")
     count = len(tf.nest.flatten(x)[0])

@@ -152,7 +152,9 @@ def fit_through_server(
     batch_size = arguments.pop("batch_size", None) or 32
     worker.join(batch_size)
     worker.remember_data(x, y, sample_weight)
-    source = data.batch_source(x, y, sample_weight, batch_size, arguments.pop("shuffle", True), config.seed)
+    source = data.batch_source(
+        x, y, sample_weight, batch_size, arguments.pop("shuffle", True), config.seed, arguments.pop("class_weight", None)
+    )
     shares = worker.read_from(source, epochs_by_pass=arguments.get("steps_per_epoch") is None)
     sync = ClusterSync(worker)
     callbacks = list(arguments.pop("callbacks", None) or [])
@@ -195,8 +197,6 @@ def _check_supported(model: keras.Model, arguments: dict[str, Any]) -> None:
     # What the server cannot apply fails before the worker joins; the variables may be
     # built only as training starts, when the worker checks them again.
     server_update_rule(model.optimizer, model.trainable_variables)
-    if arguments.get("class_weight") is not None:
-        raise ValueError("class_weight is not supported under GroupedAsyncStrategy: pass sample_weight")
 
 
 def _check_one_learning_rate_owner(model: keras.Model, callbacks: list[keras.callbacks.Callback]) -> None:

@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from omnikeras import tf_config
 from omnikeras.config import WorkerConfig
+from omnikeras.strategy.own_cluster import own_cluster
 from omnikeras.strategy.worker import ClusterWorker
 
 
@@ -46,7 +47,10 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
 
     Args:
         config: The worker's place in the cluster. None (the default) reads it from the
-            `OMNIKERAS_CONFIG` environment variable, which `omnikeras launch` sets.
+            `OMNIKERAS_CONFIG` environment variable, which `omnikeras launch` sets, or
+            from `TF_CONFIG`; where neither is set (a script run as `python train.py`),
+            the process trains as a single worker against a parameter server of its
+            own, started here and stopped when the process ends.
         devices: Local devices to mirror over; None (the default) takes all of them.
         compensate_asynchrony: Compensate the momentum and the step that asynchrony
             changes. None (the default) takes the config's (`omnikeras launch
@@ -73,12 +77,7 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
         devices: list[str] | None = None,
         compensate_asynchrony: bool | None = None,
     ) -> None:
-        config = config or tf_config.worker_config_from_env()
-        if config is None:
-            raise ValueError(
-                "GroupedAsyncStrategy needs the cluster's configuration: pass a WorkerConfig, "
-                "or set OMNIKERAS_CONFIG (omnikeras launch does this) or TF_CONFIG"
-            )
+        config = config or tf_config.worker_config_from_env() or own_cluster()
         if compensate_asynchrony is not None:
             config = dataclasses.replace(config, compensate_asynchrony=compensate_asynchrony)
         super().__init__(devices=devices)

@@ -105,8 +105,11 @@ class ClusterWorker:
 
     def _choose_share(self) -> data.Share:
         """This worker's share of the batch its group reads next."""
-        assert self.source is not None
-        self._share = data.share_of(self.source, self.next_batch, self._place_in_next_batch())
+        assert self.source is not None and self.next_share is not None
+        try:
+            self._share = data.share_of(self.source, self.next_batch, self._place_in_next_batch())
+        except data.NoMoreBatches:
+            self._share = data.Share.end(self.next_share.array_dtypes)
         return self._share
 
     def _place_in_next_batch(self) -> GroupPlace:

@@ -1,6 +1,7 @@
 """The batches by index and each worker's share: together the workers read each example
 once per pass, however the server hands the batches out."""
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -158,8 +159,44 @@ def test_validation_split_takes_the_last_rows() -> None:
 
 def test_unsupported_inputs_are_refused() -> None:
     with pytest.raises(TypeError, match="NumPy arrays"):
-        data.batch_source(iter([1, 2]), None, None, 2, False, 0)
-    with pytest.raises(ValueError, match="inside the dataset"):
+        data.batch_source({1, 2}, None, None, 2, False, 0)
+    with pytest.raises(ValueError, match="yields no batch"):
+        data.batch_source(iter([]), None, None, 2, False, 0)
+    with pytest.raises(ValueError, match="inside its batches"):
         data.batch_source(tf.data.Dataset.range(3), np.zeros(3), None, 2, False, 0)
     with pytest.raises(ValueError, match="no batch of 8"):
         data.batch_source(np.zeros(5), None, None, 8, False, 0)
+
+
+def test_a_generator_is_walked_to_each_batch_and_its_end_is_no_more_batches() -> None:
+    source = data.batch_source((np.full((2, 1), i, np.float32) for i in range(5)), None, None, 2, False, 0)
+    assert source.batch(0)[0][0, 0] == 0 and source.batch(3)[0][0, 0] == 3
+    with pytest.raises(ValueError, match="behind the generator"):
+        source.batch(1)
+    with pytest.raises(data.NoMoreBatches):
+        source.batch(5)
+
+
+class _Items(keras.utils.PyDataset):
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.ended = 0
+
+    def __len__(self) -> int:
+        return 6
+
+    def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        return np.full((2, 1), index, np.float32), np.zeros(2, np.int64)
+
+    def on_epoch_end(self) -> None:
+        self.ended += 1
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_a_py_dataset_s_passes_are_shuffled_alike_and_read_ahead_gives_the_same_items(workers: int) -> None:
+    items = [_Items(workers=workers), _Items()]
+    sources = [data.batch_source(d, None, None, 2, True, 7) for d in items]
+    reads = [[int(s.batch(i)[0][0, 0]) for i in range(0, 13, 2)] for s in sources]
+    assert reads[0] == reads[1]
+    assert sorted(reads[0][:3]) == sorted(set(reads[0][:3]))
+    assert items[0].ended == items[1].ended == 2

@@ -64,10 +64,36 @@ def test_only_sgd_can_be_applied_by_the_server(server) -> None:
         model.fit(*_data(), batch_size=32, epochs=1, verbose=0)
 
 
-def test_the_strategy_needs_a_cluster(monkeypatch) -> None:
-    monkeypatch.delenv(ENV_VAR, raising=False)
-    with pytest.raises(ValueError, match="OMNIKERAS_CONFIG"):
-        omnikeras.GroupedAsyncStrategy()
+_SCRIPT_RUN_WITH_PYTHON = """
+import os, keras, numpy as np, omnikeras
+strategy = omnikeras.GroupedAsyncStrategy()
+with strategy.scope():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="softmax")])
+    model.compile(optimizer=keras.optimizers.SGD(0.5), loss="sparse_categorical_crossentropy")
+rng = np.random.default_rng(0)
+x = rng.normal(size=(96, 4)).astype("float32")
+history = model.fit(x, (x[:, 0] > 0).astype("int64"), batch_size=32, epochs=3, verbose=0)
+print("RESULT", history.history["model_version"], history.history["loss"][0] > history.history["loss"][-1])
+children = [p for p in os.listdir("/proc") if p.isdigit() and open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1] == str(os.getpid())]
+print("CHILDREN", " ".join(children))
+"""
+
+
+def test_a_script_run_with_python_trains_as_a_single_worker_of_its_own_cluster() -> None:
+    env = {k: v for k, v in os.environ.items() if k not in (ENV_VAR, "TF_CONFIG")}
+    run = subprocess.run(
+        [sys.executable, "-c", _SCRIPT_RUN_WITH_PYTHON], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "RESULT [3, 6, 9] True" in run.stdout
+    assert "training as a single worker" in run.stderr
+    log = run.stderr.split("(log: ")[1].split(")")[0]
+    children = run.stdout.split("CHILDREN")[1].split()
+    assert children, "the script started its parameter server"
+    # The server the script started ended with it.
+    assert not [pid for pid in children if os.path.exists(f"/proc/{pid}")], "the script's parameter server outlived it"
+    assert "listening" in open(log).read()
+    os.remove(log)
 
 
 def test_a_missing_worker_is_reported_rather_than_awaited(server) -> None:
