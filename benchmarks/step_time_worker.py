@@ -1,6 +1,7 @@
 """The training script that `strategy_overhead.py` runs, launched or as plain Keras.
 
-Trains one model on Fashion-MNIST with SGD(0.01, momentum 0.9) and batch 64 for a fixed
+Trains one model on Fashion-MNIST with SGD(0.01, momentum 0.9), or Keras' default Adam
+(`--optimizer adam`), and batch 64 for a fixed
 number of steps and prints `RESULT {"mean_step_s": .., "median_step_s": .., "steps": ..}`,
 timed over the steps after the first `--warmup` (tracing, first allocations).
 """
@@ -28,6 +29,7 @@ MODELS = {"main": fashion_mnist_example.build_model, "reference": reference_cnn}
 parser = argparse.ArgumentParser()
 parser.add_argument("--model", choices=sorted(MODELS), required=True)
 parser.add_argument("--plain", action="store_true", help="plain Keras in this process, no strategy")
+parser.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
 parser.add_argument("--steps", type=int, default=300)
 parser.add_argument("--warmup", type=int, default=30)
 args = parser.parse_args()
@@ -49,7 +51,8 @@ x_train, y_train = x_train[:examples], y_train[:examples]
 strategy = None if args.plain else omnikeras.GroupedAsyncStrategy()
 with strategy.scope() if strategy else contextlib.nullcontext():
     model = MODELS[args.model]()
-    model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9), loss="sparse_categorical_crossentropy")
+    optimizer = keras.optimizers.SGD(0.01, momentum=0.9) if args.optimizer == "sgd" else keras.optimizers.Adam()
+    model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy")
 clock = StepClock()
 model.fit(x_train, y_train, batch_size=BATCH, epochs=1, callbacks=[clock], verbose=0)
 if strategy is None or strategy.config.is_chief:

@@ -5,7 +5,8 @@ What users compare: the same script's model, data and batch, trained by plain Ke
 server (the launcher's defaults: on this host the worker exchanges with the server
 through shared memory). Two models: the main job's CNN (`examples/fashion_mnist.py`,
 about 225K parameters) and the reference CNN (`omnikeras.profiles.reference_cnn`, about
-1.2M). Each run is a fresh process (`step_time_worker.py`) that trains on Fashion-MNIST
+1.2M), both with SGD(0.01, momentum 0.9); and the main job's CNN with Keras' default Adam
+(its moments on the server, against plain Keras' Adam). Each run is a fresh process (`step_time_worker.py`) that trains on Fashion-MNIST
 with batch 64 and times its steps after a warm-up; both get the thread settings the
 launcher chooses on this machine. Plain and launched runs alternate, round after round,
 and each figure is the median over the rounds of launched mean step time / plain mean
@@ -38,7 +39,8 @@ from omnikeras.profiles.thread_cache import cached_thread_settings
 WORKER_SCRIPT = pathlib.Path(__file__).with_name("step_time_worker.py")
 EPOCH_SCRIPT = pathlib.Path(__file__).with_name("epoch_time_worker.py")
 MAIN_JOB = pathlib.Path(__file__).resolve().parent.parent / "examples" / "fashion_mnist.py"
-MODELS = ("main", "reference")
+# Figure name -> the model and optimizer it times.
+CASES = {"main": ("main", "sgd"), "reference": ("reference", "sgd"), "adam": ("main", "adam")}
 
 
 def log(message: str) -> None:
@@ -65,17 +67,20 @@ def main() -> int:
     env = dict(os.environ) | threads.environment() | {"TF_CPP_MIN_LOG_LEVEL": "2"}
     log(f"thread settings of both: {threads.intra_op} intra-op, {threads.inter_op} inter-op; "
         f"batch 64, {steps} steps a run, timed after {warmup}")
-    ratios: dict[str, list[float]] = {model: [] for model in MODELS}
+    ratios: dict[str, list[float]] = {case: [] for case in CASES}
     epoch_ratios: list[float] = []
     epoch_args = ["--fixed", "--epochs", "2" if args.quick else "3", *(["--examples", "2048"] if args.quick else [])]
     with tempfile.TemporaryDirectory() as log_dir:
         for round_index in range(rounds):
-            for model in MODELS:
-                worker = [str(WORKER_SCRIPT), "--model", model, "--steps", str(steps), "--warmup", str(warmup)]
+            for case, (model, optimizer) in CASES.items():
+                worker = [
+                    str(WORKER_SCRIPT), "--model", model, "--optimizer", optimizer,
+                    "--steps", str(steps), "--warmup", str(warmup),
+                ]
                 plain_command = [sys.executable, *worker, "--plain"]
                 launched_command = [
                     sys.executable, "-m", "omnikeras", "launch", "--workers", "1", "--groups", "1",
-                    "--log-dir", os.path.join(log_dir, f"{model}-{round_index}"), *worker,
+                    "--log-dir", os.path.join(log_dir, f"{case}-{round_index}"), *worker,
                 ]
                 # Alternating which goes first cancels a drift in the machine's load.
                 if round_index % 2 == 0:
@@ -84,15 +89,15 @@ def main() -> int:
                     launched, plain = run(launched_command, env), run(plain_command, env)
                 if launched["steps"] != steps or plain["steps"] != steps:
                     raise RuntimeError(f"expected {steps} steps, got {launched['steps']} and {plain['steps']}")
-                ratios[model].append(launched["mean_step_s"] / plain["mean_step_s"])
+                ratios[case].append(launched["mean_step_s"] / plain["mean_step_s"])
                 log(
-                    f"round {round_index + 1}/{rounds}, {model} CNN ({plain['parameters']:,} parameters): "
+                    f"round {round_index + 1}/{rounds}, {model} CNN with {optimizer} ({plain['parameters']:,} parameters): "
                     f"plain {plain['mean_step_s'] * 1e3:.2f} ms/step (median {plain['median_step_s'] * 1e3:.2f}), "
                     f"launched {launched['mean_step_s'] * 1e3:.2f} ms/step (median {launched['median_step_s'] * 1e3:.2f}, "
-                    f"{'shared memory' if launched['shared_memory'] else 'gRPC'}), ratio {ratios[model][-1]:.3f}"
+                    f"{'shared memory' if launched['shared_memory'] else 'gRPC'}), ratio {ratios[case][-1]:.3f}"
                 )
             epoch_ratios.append(time_epochs(round_index, rounds, epoch_args, log_dir))
-    figures = {f"step_time_vs_plain_keras_{model}": round(statistics.median(ratios[model]), 3) for model in MODELS}
+    figures = {f"step_time_vs_plain_keras_{case}": round(statistics.median(ratios[case]), 3) for case in CASES}
     figures["epoch_time_vs_plain_keras_main"] = round(statistics.median(epoch_ratios), 3)
     print(json.dumps(figures))
     return 0

@@ -9,6 +9,9 @@ says so). On this host, one after the other:
 
 * `plain_sgd_s`: plain Keras in one process, SGD(0.01, momentum 0.9);
 * `plain_adam_s`: plain Keras, Adam with Keras' defaults;
+* `omnikeras_adam_s`: `omnikeras launch --workers 1` with Adam's defaults (its moments on
+  the parameter server), and `omnikeras_adam_over_plain_adam`, its time over
+  `plain_adam_s` (goal: at most 1.15);
 * `sync_s`: `omnikeras launch --workers 4 --groups 1` with SGD(0.01, 0.9) (the launcher
   merges the 4 workers into one process here: the fastest synchronous layout);
 * `async_s`: 4 worker processes in 4 groups, SGD(0.01, 0.9);
@@ -30,7 +33,12 @@ most, so that the baselines reach the target, with one group per host where asyn
 * `emulated_default_over_omnivore`: the best of `emulated_sync_s` and `emulated_async_s`
   over `emulated_omnivore_s`, tuning included (goal: at least 1.9);
 * `emulated_compensated_over_sync_updates`: the updates the compensated 8 groups took to
-  the target over the synchronous run's (goal: at most 1.5).
+  the target over the synchronous run's (goal: at most 1.5);
+* with Adam's defaults in place of SGD: `emulated_adam_sync_s` (1 group),
+  `emulated_adam_async_s` (8 groups, compensated: the default), `emulated_adam_omnivore_s`
+  (OmnivoreCallback tuning Adam's learning rate, `beta_1` and the groups), and
+  `emulated_adam_default_over_omnivore`, the best of the first two over the tuned run
+  (full runs only: `--quick` leaves them out).
 
 `--oracle` runs the oracle sweep on `--spec` instead: fixed configurations, g in {1, 2, 4,
 8} groups times learning rates {0.01, 0.03} times momenta {0.6, 0.9}, compensation off and
@@ -173,6 +181,7 @@ def main() -> int:
         results |= {
             "plain_sgd_s": median_of("plain_sgd", [worker, *common, "--plain"], repeats),
             "plain_adam_s": median_of("plain_adam", [worker, *common, "--plain", "--adam"], repeats),
+            "omnikeras_adam_s": launch("omnikeras_adam", "--workers", "1", extra=("--adam",)),
             "sync_s": launch("sync", "--workers", "4", "--groups", "1"),
             "async_s": launch("async", "--workers", "4", "--groups", "4", "--no-merge"),
             "omnivore_s": launch("omnivore", "--workers", "1", tuned=True),
@@ -192,12 +201,22 @@ def main() -> int:
                 "emulated_omnivore", *on_cluster, "--groups", str(hosts), tuned=True, extra=emulated
             ),
         }
+        if not args.quick:
+            adam = (*emulated, "--adam")
+            results |= {
+                "emulated_adam_sync_s": launch("emulated_adam_sync", *on_cluster, "--groups", "1", extra=adam),
+                "emulated_adam_async_s": launch("emulated_adam_async", *on_cluster, "--groups", str(hosts), extra=adam),
+                "emulated_adam_omnivore_s": launch(
+                    "emulated_adam_omnivore", *on_cluster, "--groups", str(hosts), tuned=True, extra=adam
+                ),
+            }
     log(f"logs and the tuner's studies in {log_dir}")
     figures: dict[str, float] = {key: round(outcome.seconds, 1) for key, outcome in results.items()}
     if not args.emulated_only:
         best_host = min(("plain_sgd_s", "sync_s"), key=lambda key: results[key].seconds)
         figures["omnivore_over_best_host"] = round(results["omnivore_s"].seconds / results[best_host].seconds, 3)
         _say_bound("omnivore_over_best_host", results, "omnivore_s", (best_host,))
+        figures["omnikeras_adam_over_plain_adam"] = round(results["omnikeras_adam_s"].seconds / results["plain_adam_s"].seconds, 3)
     if not missing:
         default = min(("emulated_sync_s", "emulated_async_s"), key=lambda key: results[key].seconds)
         figures["emulated_default_over_omnivore"] = round(
@@ -209,6 +228,15 @@ def main() -> int:
             oracle = json.loads(oracle_file.read_text())
             log(f"the oracle: {oracle['best']} in {oracle['best_s']} s, swept at commit {oracle['commit']}")
             figures["emulated_omnivore_over_oracle"] = round(results["emulated_omnivore_s"].seconds / oracle["best_s"], 3)
+        if "emulated_adam_omnivore_s" in results:
+            adam_default = min(("emulated_adam_sync_s", "emulated_adam_async_s"), key=lambda key: results[key].seconds)
+            figures["emulated_adam_default_over_omnivore"] = round(
+                results[adam_default].seconds / results["emulated_adam_omnivore_s"].seconds, 2
+            )
+            _say_bound(
+                "emulated_adam_default_over_omnivore", results, "emulated_adam_omnivore_s",
+                ("emulated_adam_sync_s", "emulated_adam_async_s"),
+            )
         sync, compensated = results["emulated_sync_s"], results["emulated_compensated_s"]
         figures["emulated_compensated_over_sync_updates"] = round(compensated.updates / sync.updates, 2)
         if not (sync.reached and compensated.reached):

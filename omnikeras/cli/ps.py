@@ -56,7 +56,9 @@ def run(args: argparse.Namespace) -> int:
             host=host,
             port=port,
             num_groups=args.groups,
-            hyperparameters=Hyperparameters(args.learning_rate, args.momentum, args.nesterov),
+            hyperparameters=Hyperparameters(
+                args.learning_rate, args.momentum, settings={"nesterov": 1.0} if args.nesterov else {}
+            ),
             group_timeout=args.group_timeout,
             checkpoint_dir=args.checkpoint_dir,
             checkpoint_every=args.checkpoint_every,

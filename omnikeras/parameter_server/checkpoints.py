@@ -1,6 +1,6 @@
 """Checkpoints of the server's state, written atomically into one directory.
 
-Each checkpoint is one `.npz` file (weights, momentum buffers, the saved snapshots, and a
+Each checkpoint is one `.npz` file (weights, the optimizer's state, the saved snapshots, and a
 JSON header with the version, iteration count, hyperparameters (as their proto's JSON),
 groups and the next batch to hand out), written to a temporary file and renamed into
 place, so a crash mid-write never leaves a torn checkpoint behind. A server started on the same
@@ -43,7 +43,7 @@ class CheckpointDirectory:
             "next_batch": state.next_batch,
             "snapshots": list(state.snapshots),
         }
-        arrays = _arrays("", names, (state.weights, state.velocities))
+        arrays = _arrays("", names, (state.weights, state.slots))
         for number, snapshot in enumerate(state.snapshots.values()):
             arrays.update(_arrays(f"s{number}", names, snapshot))
         path = self.directory / f"{_PREFIX}{state.version:012d}{_SUFFIX}"
@@ -69,14 +69,14 @@ class CheckpointDirectory:
         with np.load(path) as data:
             header = json.loads(str(data["header"]))
             names = header["names"]
-            weights, velocities = _read_arrays(data, "", names)
+            weights, slots = _read_arrays(data, "", names)
             snapshots = {
                 name: _read_arrays(data, f"s{number}", names)
                 for number, name in enumerate(header.get("snapshots", []))
             }
         return ServerState(
             weights=weights,
-            velocities=velocities,
+            slots=slots,
             version=header["version"],
             # Older checkpoints did not count iterations; their version is the nearest count.
             iterations=header.get("iterations", header["version"]),
@@ -94,14 +94,28 @@ class CheckpointDirectory:
             old.unlink(missing_ok=True)
 
 
+# A variable's optimizer state is stored as "<prefix>slot<i>.<slot name>"; SGD's momentum
+# as "<prefix>v<i>", as checkpoints stored it before other optimizers had state.
+def _slot_key(prefix: str, number: int, slot: str) -> str:
+    return f"{prefix}v{number}" if slot == "momentum" else f"{prefix}slot{number}.{slot}"
+
+
 def _arrays(prefix: str, names: list[str], arrays: Arrays) -> dict[str, np.ndarray]:
-    weights, velocities = arrays
+    weights, slots = arrays
     stored = {f"{prefix}w{i}": weights[name] for i, name in enumerate(names)}
-    stored.update({f"{prefix}v{i}": velocities[name] for i, name in enumerate(names) if name in velocities})
+    for i, name in enumerate(names):
+        stored.update({_slot_key(prefix, i, slot): array for slot, array in slots.get(name, {}).items()})
     return stored
 
 
 def _read_arrays(data: "np.lib.npyio.NpzFile", prefix: str, names: list[str]) -> Arrays:
     weights = {name: data[f"{prefix}w{i}"] for i, name in enumerate(names)}
-    velocities = {name: data[f"{prefix}v{i}"] for i, name in enumerate(names) if f"{prefix}v{i}" in data}
-    return weights, velocities
+    slots: dict[str, dict[str, np.ndarray]] = {}
+    for i, name in enumerate(names):
+        momentum = f"{prefix}v{i}"
+        state = {"momentum": data[momentum]} if momentum in data else {}
+        start = f"{prefix}slot{i}."
+        state.update({key[len(start) :]: data[key] for key in data.files if key.startswith(start)})
+        if state:
+            slots[name] = state
+    return weights, slots

@@ -32,12 +32,28 @@ A gradient far staler than the usual (a group that started late, or stalled) is 
 it keeps `OUTLIER * (1 + s) / (1 + its staleness)` of its weight, where that is below 1.
 
 With one group every gradient is current: the compiled rule applies unchanged.
+
+Optimizers other than SGD (see `optimizers.base.MomentumForm`):
+- RMSprop's momentum accumulates its steps as SGD's does ("heavy ball"): compensated as
+  above.
+- The `beta_1` of Adam's family and Lion's is a moving average of the gradients
+  ("average"), whose effective step is the learning rate itself: the explicit `beta_1` in
+  force is what the implicit momentum leaves of the compiled one, down to 0 (a negative
+  average has no meaning), and the learning rate in force is the capped step.
+- Adagrad and Adadelta have no momentum-like setting ("none"): only the step is capped.
+What the theory does not cover: it is derived for SGD, where an update is the gradient
+times the rate. An adaptive optimizer divides each update by a running measure of the
+gradients' size, which the staleness changes little, so the implicit momentum still adds
+to `beta_1`; but the stability limit `StepGuard` starts from is the heavy-ball one, an
+estimate for them rather than a derived bound, and Lion's sign update has no curvature
+limit of that kind at all.
 """
 
 import collections
 import copy
 from dataclasses import dataclass
 
+from omnikeras.parameter_server.optimizers import MomentumForm
 from omnikeras.parameter_server.step_guard import StepGuard
 
 # A gradient more than this many times staler than the updates' usual (one of a group that
@@ -50,6 +66,12 @@ MIN_MOMENTUM = -0.3
 # the staleness of groups taking turns, `g - 1`, as if measured over `PRIOR_UPDATES`.
 WINDOW = 256
 PRIOR_UPDATES = 16
+
+
+def effective_step(learning_rate: float, momentum: float, form: MomentumForm) -> float:
+    """A gradient's whole weight over the updates it takes part in: `learning_rate / (1 -
+    momentum)` where steps accumulate, the learning rate itself otherwise."""
+    return learning_rate / (1 - momentum) if form == "heavy ball" else learning_rate
 
 
 # What the step guards learned, by number of groups.
@@ -145,15 +167,18 @@ class AsynchronyCompensation:
             return 1.0
         return min(1.0, OUTLIER * (1 + self.staleness) / (1 + staleness))
 
-    def in_force(self, learning_rate: float, momentum: float) -> InForce:
+    def in_force(self, learning_rate: float, momentum: float, form: MomentumForm = "heavy ball") -> InForce:
         """The rule for the next update, for the compiled `learning_rate` (at this
-        iteration) and `momentum`."""
+        iteration) and `momentum` (the optimizer's momentum-like setting, of `form`)."""
         if self.num_groups == 1:
             return InForce(learning_rate, momentum, self.implicit_momentum)
+        if form == "none":
+            return InForce(self._guard(0.0).cap(learning_rate), momentum, self.implicit_momentum)
         # Never above the compiled momentum, which may itself lie below the floor.
-        explicit = min(momentum, max(momentum - self.implicit_momentum, MIN_MOMENTUM))
-        step = self._guard(momentum).cap(learning_rate / (1 - momentum))
-        return InForce(step * (1 - explicit), explicit, self.implicit_momentum)
+        floor = MIN_MOMENTUM if form == "heavy ball" else 0.0
+        explicit = min(momentum, max(momentum - self.implicit_momentum, floor))
+        step = self._guard(momentum).cap(effective_step(learning_rate, momentum, form))
+        return InForce(step * (1 - explicit) if form == "heavy ball" else step, explicit, self.implicit_momentum)
 
     def share(self, magnitude: float) -> float:
         """The share of a gradient whose sum of magnitudes is `magnitude` that the next

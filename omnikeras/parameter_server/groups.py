@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from omnikeras.parameter_server import parallel, tensors
-from omnikeras.parameter_server.compensation import AsynchronyCompensation, Guards, InForce
+from omnikeras.parameter_server.compensation import AsynchronyCompensation, Guards, InForce, effective_step
 from omnikeras.parameter_server.errors import (
     Aborted,
     Dropped,
@@ -449,7 +449,7 @@ class GroupCoordinator:
         learning_rate = rule.learning_rate_at(self.model.iterations)
         if not rule.compensate_asynchrony:
             return InForce(learning_rate, rule.momentum, self._compensation.implicit_momentum)
-        return self._compensation.in_force(learning_rate, rule.momentum)
+        return self._compensation.in_force(learning_rate, rule.momentum, rule.rule.momentum_form)
 
     def _kept(self, staleness: int) -> float:
         """The share of its weight a gradient `staleness` updates old keeps."""
@@ -545,13 +545,13 @@ class GroupCoordinator:
                 raise NotFound(f"no snapshot named {shown(name)}; saved: {sorted(self._snapshots)}")
             for group in list(self._pending):
                 self._complete(group)
-            weights, velocities = self._snapshots[name]
+            weights, slots = self._snapshots[name]
             # Fresh copies: the snapshot stays reusable, and pulls still reading the
             # current arrays are not disturbed.
             self.model.initialize(
                 {n: w.copy() for n, w in weights.items()},
                 self.model.version + 1,
-                {n: v.copy() for n, v in velocities.items()},
+                {n: {slot: a.copy() for slot, a in state.items()} for n, state in slots.items()},
             )
             self._restored_at = self.model.version
             self._meter = None
@@ -595,13 +595,14 @@ class GroupCoordinator:
             return {}
         rule = self._rule_in_force()
         compiled = self.model.hyperparameters
-        compiled_step = compiled.learning_rate_at(self.model.iterations) / (1 - compiled.momentum)
+        form = compiled.rule.momentum_form
+        compiled_step = effective_step(compiled.learning_rate_at(self.model.iterations), compiled.momentum, form)
         return {
             "momentum_in_force": rule.momentum,
             "learning_rate_in_force": rule.learning_rate,
             "implicit_momentum": rule.implicit_momentum,
             "step_backoffs": self._compensation.backoffs,
-            "step_share": rule.learning_rate / (1 - rule.momentum) / compiled_step if compiled_step > 0 else 1.0,
+            "step_share": effective_step(rule.learning_rate, rule.momentum, form) / compiled_step if compiled_step > 0 else 1.0,
         }
 
     def _batch_stats(self, group: int, occupied: set[int]) -> dict:
@@ -613,10 +614,10 @@ class GroupCoordinator:
     def checkpoint_state(self) -> ServerState:
         """A consistent copy of everything a restarted server needs."""
         with self._cond:
-            weights, velocities = self.model.snapshot()
+            weights, slots = self.model.snapshot()
             return ServerState(
                 weights=weights,
-                velocities=velocities,
+                slots=slots,
                 version=self.model.version,
                 iterations=self.model.iterations,
                 hyperparameters=self.model.hyperparameters,
@@ -633,7 +634,7 @@ class GroupCoordinator:
         with self._cond:
             self._meter = None
             self._compensation = AsynchronyCompensation(state.num_groups)
-            self.model.initialize(state.weights, state.version, state.velocities)
+            self.model.initialize(state.weights, state.version, state.slots)
             self.model.iterations = state.iterations
             self.model.hyperparameters = state.hyperparameters
             self.resumed_from_version = state.version

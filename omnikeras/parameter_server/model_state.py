@@ -1,16 +1,19 @@
-"""The weights the server holds, their momentum buffers, version, iteration count and
+"""The weights the server holds, the optimizer's state, version, iteration count and
 update rule.
 
 Not thread-safe on its own: `GroupCoordinator` calls it under its lock.
 
-An update that would make a weight NaN or Inf is refused, and the weights stay as they
-were. Finite weights, momentum buffers and gradients can only produce NaN or Inf by
-overflowing, so the state keeps a bound on every array's largest magnitude, carried from
-update to update with the gradients' sums of magnitudes (which the server's finiteness
-check measures as they arrive); only an update whose bound comes near the dtype's limit
-is measured exactly and, if still near it, tried on copies first.
+An update that would make a weight or the optimizer's state NaN or Inf is refused, and
+both stay as they were. Under SGD, finite weights, momentum buffers and gradients can
+only produce NaN or Inf by overflowing, so the state keeps a bound on every array's
+largest magnitude, carried from update to update with the gradients' sums of magnitudes
+(which the server's finiteness check measures as they arrive); only an update whose bound
+comes near the dtype's limit is measured exactly and, if still near it, tried on copies
+first. The other optimizers divide and take roots, which no cheap bound follows: their
+updates are computed on copies and checked before they are put in place.
 """
 
+import math
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -20,7 +23,10 @@ import numpy as np
 
 from omnikeras.parameter_server import tensors
 from omnikeras.parameter_server.errors import FailedPrecondition, NonFinite
-from omnikeras.parameter_server.update_rule import Hyperparameters, apply_update, apply_weight_decay
+from omnikeras.parameter_server.optimizers import Step
+from omnikeras.parameter_server.optimizers.sgd import SGD, apply_weight_decay
+from omnikeras.parameter_server.server_state import Arrays, Slots
+from omnikeras.parameter_server.update_rule import Hyperparameters
 from omnikeras.v1 import parameter_server_pb2 as pb
 
 
@@ -28,7 +34,9 @@ class ModelState:
     def __init__(self, hyperparameters: Hyperparameters) -> None:
         self.hyperparameters = hyperparameters
         self.weights: dict[str, np.ndarray] = {}
-        self.velocities: dict[str, np.ndarray] = {}
+        # The optimizer's state of each variable, by Keras' names: SGD's "momentum",
+        # Adam's "momentum" and "velocity", ...
+        self.slots: Slots = {}
         self.specs: dict[str, tensors.VariableSpec] = {}
         self.version = 0
         # Updates applied, as Keras' `optimizer.iterations` counts them: schedules read it.
@@ -55,11 +63,11 @@ class ModelState:
         self,
         weights: Mapping[str, np.ndarray],
         version: int = 0,
-        velocities: Mapping[str, np.ndarray] | None = None,
+        slots: Slots | None = None,
     ) -> None:
         self.weights = {name: tensors.little_endian(w) for name, w in weights.items()}
         self.specs = {name: tensors.VariableSpec.of(name, w) for name, w in self.weights.items()}
-        self.velocities = dict(velocities or {})
+        self.slots = {name: dict(state) for name, state in (slots or {}).items()}
         self.version = version
         self._pull_cache = None
         self._bounds = {}
@@ -79,102 +87,114 @@ class ModelState:
 
         `magnitudes` bound each gradient's largest magnitude (sums of magnitudes, as the
         server's finiteness check measures them); without them, they are measured here.
-        `learning_rate` and `momentum` replace the rule's (compensated asynchrony); None
-        applies the rule's. Raises `NonFinite`, with nothing changed, when the update would
-        make a weight or momentum buffer NaN or Inf.
+        `learning_rate` and `momentum` (the momentum-like setting) replace the rule's
+        (compensated asynchrony); None applies the rule's. Raises `NonFinite`, with
+        nothing changed, when the update would make a weight or the optimizer's state NaN
+        or Inf.
         """
         started = time.perf_counter()
         rule = self.hyperparameters
-        if learning_rate is None:
-            learning_rate = rule.learning_rate_at(self.iterations)
-        if momentum is None:
-            momentum = rule.momentum
-        if magnitudes is None:
-            magnitudes = {name: tensors.abs_sum(gradient) for name, gradient in gradients.items()}
-        bounds = {name: self._bounds_after(name, magnitudes[name], learning_rate, momentum) for name in gradients}
-        near_limit = [name for name, bound in bounds.items() if not bound.within(self.weights[name].dtype)]
-        for name in near_limit:
-            # The carried bounds only ever grow: measured afresh, they may be far lower.
-            self._bounds[name] = _Bounds.exact(self.weights[name], self.velocities.get(name))
-            bounds[name] = self._bounds_after(name, magnitudes[name], learning_rate, momentum)
-        tried = {
-            name: self._try_update(name, gradients[name], learning_rate, momentum)
-            for name in near_limit
-            if not bounds[name].within(self.weights[name].dtype)
-        }
-        if self._pull_cache is not None:
-            # Pulls of the version about to be replaced may still be reading it.
-            self._pull_cache.finish()
-        for name, weight in self.weights.items():
-            if name in tried:
-                updated, velocity = tried[name]
-                np.copyto(weight, updated)
-                bounds[name] = _Bounds.exact(updated, velocity)
-            else:
-                velocity = self._update(
-                    name, weight, self.velocities.get(name), gradients[name], learning_rate, momentum
-                )
-            if velocity is not None:
-                self.velocities[name] = velocity
-        self._bounds = bounds
+        step = Step(
+            rule.learning_rate_at(self.iterations) if learning_rate is None else learning_rate,
+            rule.momentum if momentum is None else momentum,
+            self.iterations,
+        )
+        if isinstance(rule.rule, SGD):
+            self._apply_bounded(gradients, magnitudes, step)
+        else:
+            self._apply_checked(gradients, step)
         self.version += 1
         self.iterations += 1
         self.apply_seconds_total += time.perf_counter() - started
 
-    def _update(
-        self,
-        name: str,
-        weight: np.ndarray,
-        velocity: np.ndarray | None,
-        gradient: np.ndarray,
-        learning_rate: float,
-        momentum: float,
-    ) -> np.ndarray | None:
-        """Updates `weight` and `velocity` in place; returns the momentum buffer, created
-        when the rule first needs one."""
+    def _apply_bounded(
+        self, gradients: Mapping[str, np.ndarray], magnitudes: Mapping[str, float] | None, step: Step
+    ) -> None:
+        """SGD's update, in place: its bound on the weights' magnitudes is cheap to carry,
+        so only an update that comes near the dtype's limit is tried on copies first."""
+        if magnitudes is None:
+            magnitudes = {name: tensors.abs_sum(gradient) for name, gradient in gradients.items()}
+        bounds = {name: self._bounds_after(name, magnitudes[name], step) for name in gradients}
+        near_limit = [name for name, bound in bounds.items() if not bound.within(self.weights[name].dtype)]
+        for name in near_limit:
+            # The carried bounds only ever grow: measured afresh, they may be far lower.
+            self._bounds[name] = _Bounds.exact(self.weights[name], self._velocity(name))
+            bounds[name] = self._bounds_after(name, magnitudes[name], step)
+        tried = {
+            name: self._try_update(name, gradients[name], step)
+            for name in near_limit
+            if not bounds[name].within(self.weights[name].dtype)
+        }
+        self._finish_pulls()
+        for name, weight in self.weights.items():
+            if name in tried:
+                updated, slots = tried[name]
+                np.copyto(weight, updated)
+                self.slots[name] = slots
+                bounds[name] = _Bounds.exact(updated, self._velocity(name))
+            else:
+                self._update(name, weight, self.slots.setdefault(name, {}), gradients[name], step)
+        self._bounds = bounds
+
+    def _apply_checked(self, gradients: Mapping[str, np.ndarray], step: Step) -> None:
+        """Any other optimizer's update, computed on copies and put in place only when
+        every weight and every array of the optimizer's state is finite."""
+        updated = {name: self._try_update(name, gradient, step) for name, gradient in gradients.items()}
+        self._finish_pulls()
+        for name, (weight, slots) in updated.items():
+            self.weights[name] = weight
+            self.slots[name] = slots
+
+    def _finish_pulls(self) -> None:
+        if self._pull_cache is not None:
+            # Pulls of the version about to be replaced may still be reading it.
+            self._pull_cache.finish()
+
+    def _velocity(self, name: str) -> np.ndarray | None:
+        return self.slots.get(name, {}).get("momentum")
+
+    def _update(self, name: str, weight: np.ndarray, slots: dict[str, np.ndarray], gradient: np.ndarray, step: Step) -> None:
+        """Updates `weight` and its `slots` in place (creating the optimizer's state on
+        the variable's first update)."""
         rule = self.hyperparameters
         if name in rule.statistics:
             weight += gradient
-            return velocity
-        if velocity is None and momentum != 0:
-            velocity = np.zeros_like(weight)
+            return
+        if not slots:
+            slots.update(rule.rule.slots(weight, step))
         if rule.decays(name):
-            apply_weight_decay(weight, learning_rate * rule.weight_decay)
-        apply_update(weight, velocity, gradient, learning_rate, momentum, rule.nesterov)
-        return velocity
+            apply_weight_decay(weight, step.learning_rate * rule.weight_decay)
+        rule.rule.update(weight, gradient, slots, step)
 
-    def _try_update(
-        self, name: str, gradient: np.ndarray, learning_rate: float, momentum: float
-    ) -> tuple[np.ndarray, np.ndarray | None]:
-        """The updated weight and momentum buffer of `name`, computed on copies; raises
-        `NonFinite` if either holds NaN or Inf."""
+    def _try_update(self, name: str, gradient: np.ndarray, step: Step) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The updated weight and optimizer state of `name`, computed on copies; raises
+        `NonFinite` if any holds NaN or Inf."""
         weight = self.weights[name].copy()
-        velocity = self.velocities.get(name)
-        with np.errstate(over="ignore", invalid="ignore"):
-            velocity = self._update(
-                name, weight, velocity.copy() if velocity is not None else None, gradient, learning_rate, momentum
-            )
-        for array in (weight, velocity):
-            if array is not None and not np.isfinite(array).all():
+        slots = {slot: array.copy() for slot, array in self.slots.get(name, {}).items()}
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            self._update(name, weight, slots, gradient, step)
+        for array in (weight, *slots.values()):
+            if not math.isfinite(tensors.abs_sum(array)):
                 raise NonFinite("update of", name)
-        return weight, velocity
+        return weight, slots
 
-    def _bounds_after(self, name: str, change: float, learning_rate: float, momentum: float) -> "_Bounds":
-        """Bounds on `name`'s largest magnitudes once a gradient whose magnitudes are
-        bounded by `change` is applied."""
+    def _bounds_after(self, name: str, change: float, step: Step) -> "_Bounds":
+        """Bounds on `name`'s largest magnitudes once SGD applies a gradient whose
+        magnitudes are bounded by `change`."""
         if name not in self._bounds:
-            self._bounds[name] = _Bounds.summed(self.weights[name], self.velocities.get(name))
+            self._bounds[name] = _Bounds.summed(self.weights[name], self._velocity(name))
         before = self._bounds[name]
         rule = self.hyperparameters
         if name in rule.statistics:
             return _Bounds(before.weight + change, before.velocity)
-        step = learning_rate * change
+        learning_rate, momentum = step.learning_rate, step.momentum
+        update = learning_rate * change
         decayed = before.weight * (abs(1 - learning_rate * rule.weight_decay) if rule.decays(name) else 1.0)
-        if name not in self.velocities and momentum == 0:
-            return _Bounds(decayed + step, 0.0)
-        velocity = abs(momentum) * before.velocity + step
-        if rule.nesterov:
-            return _Bounds(decayed + abs(momentum) * velocity + step, velocity)
+        if self._velocity(name) is None and momentum == 0:
+            return _Bounds(decayed + update, 0.0)
+        velocity = abs(momentum) * before.velocity + update
+        if rule.rule.flag("nesterov"):
+            return _Bounds(decayed + abs(momentum) * velocity + update, velocity)
         return _Bounds(decayed + velocity, velocity)
 
     def weight_chunks(self) -> "_EncodedWeights":
@@ -185,11 +205,11 @@ class ModelState:
             self._pull_cache = _EncodedWeights(self.version, self.weights)
         return self._pull_cache
 
-    def snapshot(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-        """Copies of the weights and momentum buffers, for a checkpoint."""
+    def snapshot(self) -> Arrays:
+        """Copies of the weights and the optimizer's state, for a checkpoint."""
         return (
             {name: w.copy() for name, w in self.weights.items()},
-            {name: v.copy() for name, v in self.velocities.items()},
+            {name: {slot: a.copy() for slot, a in slots.items()} for name, slots in self.slots.items()},
         )
 
 

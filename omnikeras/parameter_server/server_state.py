@@ -6,14 +6,17 @@ import numpy as np
 
 from omnikeras.parameter_server.update_rule import Hyperparameters
 
-# Weights and momentum buffers, by variable name.
-Arrays = tuple[dict[str, np.ndarray], dict[str, np.ndarray]]
+# The optimizer's state: variable name -> slot name (Keras': "momentum", "velocity", ...)
+# -> array.
+Slots = dict[str, dict[str, np.ndarray]]
+# Weights by variable name, and the optimizer's state.
+Arrays = tuple[dict[str, np.ndarray], Slots]
 
 
 @dataclass
 class ServerState:
     weights: dict[str, np.ndarray]
-    velocities: dict[str, np.ndarray]
+    slots: Slots
     version: int
     # Updates applied, which learning-rate schedules read.
     iterations: int

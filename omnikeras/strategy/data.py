@@ -11,7 +11,7 @@ from variables (`NextShare`).
 
 import dataclasses
 import itertools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import keras
@@ -22,7 +22,7 @@ from keras.src.trainers.data_adapters.tf_dataset_adapter import make_class_weigh
 from tensorflow.python.ops import resource_variable_ops
 
 from omnikeras.strategy.place import GroupPlace
-from omnikeras.strategy.py_dataset import PyDatasetBatches
+from omnikeras.strategy.py_dataset import PyDatasetBatches, standardizer
 
 # The batches whose shapes make a generator's element spec, as Keras takes them.
 _BATCHES_FOR_SPEC = data_adapter_utils.NUM_BATCHES_FOR_TENSOR_SPEC
@@ -37,6 +37,11 @@ class BatchSource(Protocol):
     def batches_per_pass(self) -> int | None:
         """Batches in one pass over the data; None for an endless dataset."""
 
+    @property
+    def can_end(self) -> bool:
+        """Whether the batches can run out (a generator's): `batch` then raises
+        `NoMoreBatches`, and the epoch ends there."""
+
     def batch(self, index: int) -> tuple[np.ndarray, ...]:
         """Batch `index` as NumPy arrays, flattened in the order of `element_spec`'s
         structure (what `tf.nest.flatten` gives)."""
@@ -46,6 +51,8 @@ class ArrayBatches:
     """The batches `model.fit` makes of arrays: pass `p` reads them in an order shuffled
     by `(seed, p)`, the same on every worker. A short last batch is left out: it could not
     be shared by every member of a group."""
+
+    can_end = False
 
     def __init__(self, x: Any, y: Any, sample_weight: Any, batch_size: int, shuffle: bool | str, seed: int) -> None:
         if not _is_array_structure(x):
@@ -93,6 +100,8 @@ class DatasetBatches:
     repeated, so every worker walks the same passes (a seeded shuffle inside the dataset
     shuffles each pass alike on every worker)."""
 
+    can_end = False
+
     def __init__(self, dataset: tf.data.Dataset) -> None:
         cardinality = int(dataset.cardinality())
         if cardinality == tf.data.UNKNOWN_CARDINALITY:
@@ -131,10 +140,12 @@ class GeneratorBatches:
     """
 
     batches_per_pass = None
+    can_end = True
 
     def __init__(self, generator: Iterator[Any]) -> None:
         self._stream = iter(generator)
-        firsts = [_standardized(batch) for batch in itertools.islice(self._stream, _BATCHES_FOR_SPEC)]
+        self._standardize = _standardizer()
+        firsts = [self._standardize(batch) for batch in itertools.islice(self._stream, _BATCHES_FOR_SPEC)]
         if not firsts:
             raise ValueError("the generator yields no batch")
         self.element_spec = data_adapter_utils.get_tensor_spec(firsts)
@@ -152,22 +163,19 @@ class GeneratorBatches:
             while self._position < index:
                 next(self._stream)
                 self._position += 1
-            batch = _standardized(next(self._stream))
+            batch = self._standardize(next(self._stream))
         except StopIteration:
             raise NoMoreBatches(f"the generator ended after {self._position} batches") from None
         self._position += 1
         return tuple(np.asarray(a, dtype) for a, dtype in zip(tf.nest.flatten(batch), self._dtypes, strict=True))
 
 
-def _standardized(batch: Any) -> Any:
-    """A generator's batch as Keras takes it: `(x,)`, `(x, y)` or `(x, y, sample_weight)`."""
-    if isinstance(batch, list):
-        batch = tuple(batch)
-    if not isinstance(batch, tuple):
-        batch = (batch,)
-    if not 1 <= len(batch) <= 3:
-        raise ValueError(f"a generator's batch must be (x,), (x, y) or (x, y, sample_weight); got {len(batch)} items")
-    return batch
+def _standardizer() -> Callable[[Any], Any]:
+    """Keras' standardization of a batch (`standardizer`), with no class weights, taking
+    any bare tensor as `(x,)`: Keras takes a generator's or a dataset's so, where a
+    PyDataset's standardization takes only a bare NumPy array."""
+    standardize = standardizer(class_weight=None)
+    return lambda batch: standardize(batch if tf.nest.is_nested(batch) else (batch,))
 
 
 def batch_source(
@@ -288,10 +296,11 @@ class NextShare:
     def put(self, share: Share) -> None:
         self.fill([np.int64(share.batch), *share.arrays])
 
-    def dataset(self, element_spec: Any, batches_per_pass: int | None) -> tf.data.Dataset:
+    def dataset(self, element_spec: Any, batches_per_pass: int | None, can_end: bool) -> tf.data.Dataset:
         """The shares as they are put in place; with `batches_per_pass`, each iterator
-        ends where the next share lies in a later pass over the data than its first, and
-        without, where the data ended (`Share.end`)."""
+        ends where the next share lies in a later pass over the data than its first;
+        without, if the source `can_end`, where the data ended (`Share.end`), and
+        otherwise never."""
         specs = tf.nest.flatten(element_spec)
 
         def read(_: tf.Tensor) -> Any:
@@ -307,8 +316,7 @@ class NextShare:
                 return first, current <= first
 
             dataset = dataset.scan(tf.constant(-1, tf.int64), in_first_pass).take_while(lambda more: more)
-        else:
-            # A source that ends (a generator) ends the epoch with its end (`Share.end`).
+        elif can_end:
             dataset = dataset.take_while(lambda _: self._batch.read_value() >= 0)
         options = tf.data.Options()
         # Each element must be read as its step asks for it, never ahead: no prefetch, no
@@ -337,9 +345,9 @@ def first_examples(x: Any, y: Any, sample_weight: Any, count: int) -> tuple[Any,
             "a generator's first examples cannot be read again: pass a keras.utils.PyDataset or arrays"
         )
     if isinstance(x, (tf.data.Dataset, keras.utils.PyDataset)):
-        batches, rows = [], 0
+        standardize, batches, rows = _standardizer(), [], 0
         for batch in x if isinstance(x, tf.data.Dataset) else (x[i] for i in _items(x)):
-            batch = _standardized(batch)
+            batch = standardize(batch)
             batches.append(tf.nest.map_structure(np.asarray, batch))
             rows += len(tf.nest.flatten(batch)[0])
             if rows >= count:

@@ -189,11 +189,6 @@ def _check_supported(model: keras.Model, arguments: dict[str, Any]) -> None:
         )
         model.jit_compile = False
         model.train_function = None
-    if not isinstance(model.optimizer, keras.optimizers.SGD):
-        raise TypeError(
-            "GroupedAsyncStrategy applies SGD with momentum on the parameter server; "
-            f"compile the model with keras.optimizers.SGD, not {type(model.optimizer).__name__}"
-        )
     # What the server cannot apply fails before the worker joins; the variables may be
     # built only as training starts, when the worker checks them again.
     server_update_rule(model.optimizer, model.trainable_variables)

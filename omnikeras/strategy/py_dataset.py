@@ -2,7 +2,7 @@
 `workers` and `use_multiprocessing` ask."""
 
 import multiprocessing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent import futures
 from typing import Any
 
@@ -34,11 +34,13 @@ class PyDatasetBatches:
     batch when g groups go at the same pace).
     """
 
+    can_end = False
+
     def __init__(
         self, dataset: keras.utils.PyDataset, shuffle: bool | str, seed: int, class_weight: Mapping[int, float] | None
     ) -> None:
         self._dataset = dataset
-        self._standardize = PyDatasetAdapter(_Unqueued(), class_weight=class_weight)._standardize_batch
+        self._standardize = standardizer(class_weight)
         self.batches_per_pass = dataset.num_batches
         if self.batches_per_pass == 0:
             raise ValueError("the PyDataset has length 0")
@@ -105,6 +107,14 @@ class PyDatasetBatches:
             self._ahead.pop(item).cancel()
         for item in wanted - self._ahead.keys():
             self._ahead[item] = self._reader.submit(item)
+
+
+def standardizer(class_weight: Mapping[int, float] | None) -> Callable[[Any], Any]:
+    """Keras' standardization of a `PyDataset`'s item: a tuple or a list of `(x,)`,
+    `(x, y)` or `(x, y, sample_weight)`, a bare NumPy array as `(x,)` or a dict as it is;
+    with `class_weight`, `(x, y)` gains the sample weights it makes of `y`. Anything else
+    is refused with Keras' `ValueError`."""
+    return PyDatasetAdapter(_Unqueued(), class_weight=class_weight)._standardize_batch
 
 
 class _Unqueued(keras.utils.PyDataset):

@@ -1,10 +1,11 @@
-"""A Keras SGD optimizer's settings as the server's update rule, or a clear error naming
-what the server cannot apply: nothing the user set is dropped silently. Batch
-normalization's statistics are held by the server too, combined across workers.
+"""A Keras optimizer's settings as the server's update rule, or a clear error naming what
+the server cannot apply: nothing the user set is dropped silently. Batch normalization's
+statistics are held by the server too, combined across workers.
 
 What stays on the worker: gradient clipping (`clipnorm`, `clipvalue`, `global_clipnorm`)
-and loss-scale unscaling, which Keras applies to each worker's gradients before they are
-pushed, so a group combines clipped gradients.
+and a `LossScaleOptimizer`'s scaling, which Keras applies to each worker's gradients
+before they are pushed (a group combines clipped, unscaled gradients); the optimizer it
+wraps runs on the server.
 """
 
 from collections.abc import Sequence
@@ -12,11 +13,15 @@ from collections.abc import Sequence
 import keras
 
 from omnikeras.parameter_server import Hyperparameters
+from omnikeras.parameter_server.optimizers import OPTIMIZERS, Optimizer
 from omnikeras.parameter_server.schedules import FORMULAS, LearningRateSchedule
+
+# Keras optimizers the server does not apply yet, and what to do instead.
+_NOT_ON_THE_SERVER = ("Adafactor", "Ftrl", "Lamb", "Muon", "ScheduleFreeAdamW")
 
 
 def server_update_rule(
-    optimizer: keras.optimizers.SGD,
+    optimizer: keras.optimizers.Optimizer,
     variables: Sequence[keras.Variable],
     statistics: Sequence[keras.Variable] = (),
 ) -> Hyperparameters:
@@ -26,9 +31,12 @@ def server_update_rule(
     Raises:
         ValueError: For settings the server does not apply: an exponential moving average
             of the weights, gradient accumulation, variable constraints.
-        TypeError: For a custom learning-rate schedule or a learning rate given as a
-            function.
+        TypeError: For an optimizer the server does not apply, a custom learning-rate
+            schedule or a learning rate given as a function.
     """
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        optimizer = optimizer.inner_optimizer
+    server = _server_optimizer(optimizer)
     unsupported = "is not supported under GroupedAsyncStrategy: the parameter server updates the weights, "
     if optimizer.use_ema:
         raise ValueError(f"use_ema {unsupported}and would not average them; compile without it")
@@ -42,14 +50,33 @@ def server_update_rule(
     weight_decay = float(optimizer.weight_decay or 0.0)
     return Hyperparameters(
         learning_rate=learning_rate_of(optimizer),
-        momentum=float(optimizer.momentum),
-        nesterov=bool(optimizer.nesterov),
+        momentum=float(getattr(optimizer, server.momentum_setting)) if server.momentum_setting else 0.0,
+        optimizer=server.name,
+        settings={key: float(getattr(optimizer, key)) for key in server.defaults},
         learning_rate_schedule=_schedule(optimizer),
         weight_decay=weight_decay,
         no_weight_decay=frozenset(
             v.path for v in variables if weight_decay and not optimizer._use_weight_decay(v)
         ),
         statistics=frozenset(v.path for v in statistics),
+    )
+
+
+def _server_optimizer(optimizer: keras.optimizers.Optimizer) -> type[Optimizer]:
+    name = type(optimizer).__name__
+    server = OPTIMIZERS.get(name)
+    if server is not None and type(optimizer) is getattr(keras.optimizers, name):
+        return server
+    applied = ", ".join(OPTIMIZERS)
+    if name in _NOT_ON_THE_SERVER and type(optimizer) is getattr(keras.optimizers, name):
+        raise TypeError(
+            f"the parameter server does not apply {name} yet; it applies Keras' {applied}: "
+            "compile with one of them (Adam or AdamW in place of Lamb, Adafactor or Muon)"
+        )
+    raise TypeError(
+        f"GroupedAsyncStrategy runs the optimizer on the parameter server, which applies Keras' "
+        f"{applied}; {type(optimizer).__module__}.{type(optimizer).__qualname__} is not one of them: "
+        "compile with one of those"
     )
 
 
@@ -75,7 +102,7 @@ def learning_rate_of(optimizer: keras.optimizers.Optimizer) -> float:
     return float(f"{float(keras.ops.convert_to_numpy(optimizer.learning_rate)):.7g}")
 
 
-def _schedule(optimizer: keras.optimizers.SGD) -> LearningRateSchedule | None:
+def _schedule(optimizer: keras.optimizers.Optimizer) -> LearningRateSchedule | None:
     rate = optimizer._learning_rate
     if not isinstance(rate, keras.optimizers.schedules.LearningRateSchedule):
         if callable(rate) and not isinstance(rate, keras.Variable):

@@ -88,7 +88,8 @@ class ClusterWorker:
         if self.next_share is None or self.next_share.array_dtypes != tuple(dtypes):
             self.next_share = data.NextShare(dtypes)
         self.next_share.put(self._choose_share())
-        return self.next_share.dataset(source.element_spec, source.batches_per_pass if epochs_by_pass else None)
+        batches_per_pass = source.batches_per_pass if epochs_by_pass else None
+        return self.next_share.dataset(source.element_spec, batches_per_pass, can_end=source.can_end)
 
     @property
     def reading(self) -> int | None:
@@ -275,8 +276,9 @@ class ClusterWorker:
         for name, pulled_value in self._pulled_statistics.items():
             pushed[name] = pushed[name] - pulled_value
         if len(ahead) + len(pushed) < len(self.names):
+            written_ahead = set(ahead)
             for name in self.names:
-                if name not in pushed and name not in ahead:
+                if name not in pushed and name not in written_ahead:
                     shape, dtype = self.shapes[name]
                     pushed[name] = np.zeros(shape, dtype)
         try:

@@ -10,6 +10,7 @@ import keras
 import optuna
 
 from omnikeras.convergence import HardwareModel, MeasuredHardwareModel
+from omnikeras.parameter_server import Hyperparameters
 from omnikeras.profiles import ClusterProfile
 from omnikeras.strategy import GroupedAsyncStrategy
 from omnikeras.strategy.worker import ClusterWorker
@@ -17,6 +18,14 @@ from omnikeras.tuner import records
 from omnikeras.tuner.search import Config
 from omnikeras.tuner.study import default_study_name, open_study
 from omnikeras.tuner.tuning import Step, Tuner, TuningSettings
+
+
+def _tuned(rule: Hyperparameters) -> str:
+    """What the tuner changes of the compiled optimizer, in its own words."""
+    momentum = rule.rule.momentum_setting
+    if momentum is None:
+        return f"{rule.optimizer}'s learning rate (it has no momentum-like setting) and the groups"
+    return f"{rule.optimizer}'s learning rate and {momentum}, and the groups"
 
 
 class OmnivoreCallback(keras.callbacks.Callback):
@@ -34,7 +43,10 @@ class OmnivoreCallback(keras.callbacks.Callback):
     start: synchronous, momentum 0.9, learning rates 0.1 to 0.0001. With several worker
     processes it times every number of groups that divides them and searches from the
     most asynchronous one worth having; with one (the launcher's merged process on a CPU
-    host), it tunes momentum and learning rate only, and says so. With compensated
+    host), it tunes momentum and learning rate only, and says so. The momentum is the
+    compiled optimizer's momentum-like setting (SGD's and RMSprop's `momentum`, the
+    `beta_1` of Adam's family and Lion's); Adagrad and Adadelta have none, and only their
+    learning rate and the groups are tuned. It says which as it starts. With compensated
     asynchrony (the default) the first phase takes the compiled settings at those groups,
     and later trials continue from one another, so that tuning keeps their training.
     When `fit` knows its length, tuning takes at most `tuning_overhead` of it. When `fit` ends, the model
@@ -155,7 +167,9 @@ class OmnivoreCallback(keras.callbacks.Callback):
             cluster, study, settings, compiled, hardware,
             say=lambda line: print(line, flush=True), clock=lambda: time.monotonic() - self._started,
             compensated=hyperparameters.compensate_asynchrony,
+            momentum_form=hyperparameters.rule.momentum_form,
         )
+        print(f"omnivore: tuning {_tuned(hyperparameters)}", flush=True)
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         tuner = self._tuner

@@ -65,6 +65,7 @@ from collections.abc import Generator
 from dataclasses import dataclass
 
 from omnikeras.convergence.momentum import implicit_momentum
+from omnikeras.parameter_server.optimizers import MomentumForm
 
 # The least a candidate must beat the incumbent by, as a share of its time to target.
 KEEP_MARGIN = 0.1
@@ -118,6 +119,11 @@ class OmnivoreSearch:
         momenta: The explicit momenta tried at each number of groups.
         compensated: The server compensates asynchrony: momenta are totals, and each
             phase searches around the compensated configuration.
+        momentum_form: How the optimizer's momentum-like setting enters its update
+            (`optimizers.MomentumForm`): "heavy ball" (SGD's momentum) keeps the effective
+            step `learning_rate / (1 - momentum)` when the momentum changes, "average"
+            (Adam's `beta_1`) keeps the learning rate, and "none" (Adagrad) tunes the
+            learning rate and groups only.
 
     Example:
 
@@ -133,13 +139,15 @@ class OmnivoreSearch:
         learning_rates: tuple[float, ...] = (0.1, 0.01, 0.001, 0.0001),
         momenta: tuple[float, ...] = (0.0, 0.3, 0.6, 0.9),
         compensated: bool = False,
+        momentum_form: MomentumForm = "heavy ball",
     ) -> None:
         if num_workers < 1:
             raise ValueError(f"num_workers must be at least 1, got {num_workers}")
         self.num_workers = num_workers
         self.compiled = compiled
         self.learning_rates = tuple(sorted(learning_rates, reverse=True))
-        self.momenta = tuple(sorted(momenta))
+        self.momenta = tuple(sorted(momenta)) if momentum_form != "none" else (compiled.momentum,)
+        self.momentum_form = momentum_form
         self.compensated = compensated
         self.results: dict[Config, Outcome] = {}
         self._max_trials: int | None = None
@@ -257,8 +265,10 @@ class OmnivoreSearch:
         if best is None:
             return
         for momentum in self._momentum_neighbours(best.momentum):
-            # The learning rate that keeps the effective step, learning_rate / (1 - momentum).
-            learning_rate = best.learning_rate * (1 - momentum) / (1 - best.momentum)
+            learning_rate = best.learning_rate
+            if self.momentum_form == "heavy ball":
+                # The learning rate that keeps the effective step, learning_rate / (1 - momentum).
+                learning_rate *= (1 - momentum) / (1 - best.momentum)
             yield from self._between_incumbents(Config(groups, learning_rate, momentum), times)
 
     def _between_incumbents(self, candidate: Config, times: list[float]) -> Generator[Config, Outcome, None]:
@@ -329,6 +339,8 @@ class OmnivoreSearch:
 
     def _momentum_neighbours(self, momentum: float) -> list[float]:
         """The momenta half a grid step either way that lie in [0, 1)."""
+        if len(self.momenta) == 1:
+            return []
         step = (self.momenta[-1] - self.momenta[0]) / (len(self.momenta) - 1) / 2
         return [round(m, 6) for m in (momentum - step, momentum + step) if 0 <= m < 1]
 

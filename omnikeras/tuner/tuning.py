@@ -44,6 +44,7 @@ import optuna
 
 from omnikeras.convergence import ConvergenceTimeModel, HardwareEfficiency, TrialMeasurement, measured_momentum
 from omnikeras.convergence.saturation import most_groups_worth_having
+from omnikeras.parameter_server.optimizers import MomentumForm
 from omnikeras.tuner import records
 from omnikeras.tuner.records import PhaseRecord, TrialRecord
 from omnikeras.tuner.search import Config, OmnivoreSearch, Outcome, Phase, rank
@@ -187,6 +188,8 @@ class Tuner:
             after the probe of the one before.
         compensated: The server compensates asynchrony (`OmnivoreSearch`'s compensated
             search, whose momenta are totals).
+        momentum_form: How the compiled optimizer's momentum-like setting enters its
+            update (`OmnivoreSearch`'s).
     """
 
     def __init__(
@@ -199,6 +202,7 @@ class Tuner:
         say: Callable[[str], None],
         clock: Callable[[], float],
         compensated: bool = False,
+        momentum_form: MomentumForm = "heavy ball",
     ) -> None:
         self.cluster = cluster
         self._clock = clock
@@ -206,7 +210,7 @@ class Tuner:
         self.settings = settings
         self.hardware = hardware
         self.convergence = ConvergenceTimeModel(settings.target_loss, hardware)
-        self.search = OmnivoreSearch(cluster.devices, compiled, compensated=compensated)
+        self.search = OmnivoreSearch(cluster.devices, compiled, compensated=compensated, momentum_form=momentum_form)
         self._say = say
         self.current = compiled
         earlier = PhaseRecord.read_all(study)

@@ -47,7 +47,14 @@ class LearningRateSchedule(_message.Message):
     def __init__(self, name: _Optional[str] = ..., config_json: _Optional[str] = ...) -> None: ...
 
 class Hyperparameters(_message.Message):
-    __slots__ = ("learning_rate", "momentum", "nesterov", "learning_rate_schedule", "weight_decay", "no_weight_decay", "statistics", "compensate_asynchrony")
+    __slots__ = ("learning_rate", "momentum", "nesterov", "learning_rate_schedule", "weight_decay", "no_weight_decay", "statistics", "compensate_asynchrony", "optimizer", "settings")
+    class SettingsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
     MOMENTUM_FIELD_NUMBER: _ClassVar[int]
     NESTEROV_FIELD_NUMBER: _ClassVar[int]
@@ -56,6 +63,8 @@ class Hyperparameters(_message.Message):
     NO_WEIGHT_DECAY_FIELD_NUMBER: _ClassVar[int]
     STATISTICS_FIELD_NUMBER: _ClassVar[int]
     COMPENSATE_ASYNCHRONY_FIELD_NUMBER: _ClassVar[int]
+    OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
     learning_rate: float
     momentum: float
     nesterov: bool
@@ -64,7 +73,9 @@ class Hyperparameters(_message.Message):
     no_weight_decay: _containers.RepeatedScalarFieldContainer[str]
     statistics: _containers.RepeatedScalarFieldContainer[str]
     compensate_asynchrony: bool
-    def __init__(self, learning_rate: _Optional[float] = ..., momentum: _Optional[float] = ..., nesterov: _Optional[bool] = ..., learning_rate_schedule: _Optional[_Union[LearningRateSchedule, _Mapping]] = ..., weight_decay: _Optional[float] = ..., no_weight_decay: _Optional[_Iterable[str]] = ..., statistics: _Optional[_Iterable[str]] = ..., compensate_asynchrony: _Optional[bool] = ...) -> None: ...
+    optimizer: str
+    settings: _containers.ScalarMap[str, float]
+    def __init__(self, learning_rate: _Optional[float] = ..., momentum: _Optional[float] = ..., nesterov: _Optional[bool] = ..., learning_rate_schedule: _Optional[_Union[LearningRateSchedule, _Mapping]] = ..., weight_decay: _Optional[float] = ..., no_weight_decay: _Optional[_Iterable[str]] = ..., statistics: _Optional[_Iterable[str]] = ..., compensate_asynchrony: _Optional[bool] = ..., optimizer: _Optional[str] = ..., settings: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
     __slots__ = ("worker_id", "group", "host")

@@ -19,14 +19,16 @@ BENCHMARKS = pathlib.Path(__file__).resolve().parents[2] / "benchmarks"
     [
         ("ps_roundtrip.py", {"roundtrip_vs_echo_1M", "roundtrip_vs_echo_25M", "same_host_roundtrip_vs_echo_25M", "pushes_per_s_8x100K"}),
         ("strategy_overhead.py", {
-            "step_time_vs_plain_keras_main", "step_time_vs_plain_keras_reference", "epoch_time_vs_plain_keras_main",
+            "step_time_vs_plain_keras_main", "step_time_vs_plain_keras_reference", "step_time_vs_plain_keras_adam",
+            "epoch_time_vs_plain_keras_main",
         }),
         ("step_breakdown.py", {
             "plain_ms", "hook_only_ms", "grpc_ms", "shared_memory_ms", "grpc_exchange_ms", "shared_memory_exchange_ms",
             "shared_memory_copy_in_ms", "shared_memory_wait_ms", "server_update_ms",
         }),
         ("time_to_accuracy.py", {
-            "plain_sgd_s", "plain_adam_s", "sync_s", "async_s", "omnivore_s", "omnivore_over_best_host",
+            "plain_sgd_s", "plain_adam_s", "omnikeras_adam_s", "sync_s", "async_s", "omnivore_s", "omnivore_over_best_host",
+            "omnikeras_adam_over_plain_adam",
             *(() if MISSING else (
                 "emulated_sync_s", "emulated_async_s", "emulated_compensated_s", "emulated_omnivore_s",
                 "emulated_default_over_omnivore", "emulated_compensated_over_sync_updates",

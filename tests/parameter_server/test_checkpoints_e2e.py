@@ -21,9 +21,17 @@ def _train(client: ParameterServerClient, steps: range) -> None:
         client.push(_gradients(step), step=step, example_count=8)
 
 
-def test_kill_and_restart_continues_with_identical_weights(start_server, tmp_path) -> None:
-    # Uncompensated: the 2-group server follows the 1-group reference's rule to the bit.
-    hyperparameters = Hyperparameters(0.05, momentum=0.9, nesterov=True, compensate_asynchrony=False)
+@pytest.mark.parametrize(
+    "hyperparameters",
+    [
+        # Uncompensated: the 2-group server follows the 1-group reference's rule to the bit.
+        Hyperparameters(0.05, momentum=0.9, settings={"nesterov": 1.0}, compensate_asynchrony=False),
+        # Adam's moments and iteration count (its bias correction) come back too.
+        Hyperparameters(0.01, momentum=0.9, optimizer="Adam", settings={"amsgrad": 1.0}, compensate_asynchrony=False),
+    ],
+    ids=["SGD", "Adam"],
+)
+def test_kill_and_restart_continues_with_identical_weights(start_server, tmp_path, hyperparameters) -> None:
     reference = ParameterServer()
     reference.start()
     expected = ParameterServerClient([reference.address])
@@ -52,7 +60,7 @@ def test_kill_and_restart_continues_with_identical_weights(start_server, tmp_pat
     assert not client.init_model(WEIGHTS, Hyperparameters(1.0))
     assert client.pull().model_version == 5
     _train(client, range(6, 11))
-    # Momentum buffers survived too, so the trajectories agree to the last bit.
+    # The optimizer's state survived too, so the trajectories agree to the last bit.
     final, reference_final = client.pull(), expected.pull()
     assert final.model_version == reference_final.model_version == 10
     for name in WEIGHTS:

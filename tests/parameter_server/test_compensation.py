@@ -6,7 +6,13 @@ import math
 import numpy as np
 import pytest
 
-from omnikeras.parameter_server.compensation import MIN_MOMENTUM, OUTLIER, PRIOR_UPDATES, AsynchronyCompensation
+from omnikeras.parameter_server.compensation import (
+    MIN_MOMENTUM,
+    OUTLIER,
+    PRIOR_UPDATES,
+    AsynchronyCompensation,
+    InForce,
+)
 from omnikeras.parameter_server.groups import GroupCoordinator
 from omnikeras.parameter_server.model_state import ModelState
 from omnikeras.parameter_server.update_rule import Hyperparameters
@@ -45,6 +51,28 @@ def test_where_the_implicit_momentum_alone_is_larger_the_explicit_one_goes_below
     rule = _warmed(8, staleness=7).in_force(0.01, 0.5)
     assert rule.momentum == MIN_MOMENTUM
     assert rule.learning_rate == pytest.approx(0.02 * (1 - MIN_MOMENTUM))
+
+
+def test_adams_beta_1_gives_up_the_implicit_momentum_down_to_zero_and_keeps_the_learning_rate() -> None:
+    compensation = AsynchronyCompensation(4)
+    for _ in range(1500):
+        compensation.in_force(0.001, 0.9, "average")
+        compensation.record(3.0, loss=1.0)
+    rule = compensation.in_force(0.001, 0.9, "average")
+    assert rule.momentum == pytest.approx(0.9 - 0.75)
+    # A moving average's effective step is the learning rate itself.
+    assert rule.learning_rate == pytest.approx(0.001)
+    assert compensation.in_force(0.001, 0.5, "average").momentum == 0.0
+
+
+def test_an_optimizer_without_momentum_keeps_it_at_zero_and_only_its_step_is_capped() -> None:
+    compensation = AsynchronyCompensation(4)
+    first = compensation.in_force(0.1, 0.0, "none")
+    assert first.momentum == 0.0 and first.learning_rate < 0.1
+    for _ in range(1500):
+        compensation.in_force(0.1, 0.0, "none")
+        compensation.record(3.0, loss=1.0)
+    assert compensation.in_force(0.1, 0.0, "none") == pytest.approx(InForce(0.1, 0.0, 0.75))
 
 
 def test_a_compiled_momentum_below_the_floor_is_kept() -> None:

@@ -22,7 +22,7 @@ def test_an_update_that_overflows_is_refused_and_changes_nothing(momentum: float
     model = _model({"a": np.ones(3, np.float32), "b": np.array([BIG, 1, 1], np.float32)}, learning_rate=1.0, momentum=momentum)
     model.apply({"a": np.ones(3, np.float32), "b": np.zeros(3, np.float32)})
     before = {name: w.copy() for name, w in model.weights.items()}
-    velocities = {name: v.copy() for name, v in model.velocities.items()}
+    slots = {name: {slot: a.copy() for slot, a in state.items()} for name, state in model.slots.items()}
 
     with pytest.raises(NonFinite, match="'b'"):
         model.apply({"a": np.ones(3, np.float32), "b": np.array([-LARGEST, 0, 0], np.float32)})
@@ -30,8 +30,10 @@ def test_an_update_that_overflows_is_refused_and_changes_nothing(momentum: float
     assert model.version == 1 and model.iterations == 1
     for name, weight in model.weights.items():
         np.testing.assert_array_equal(weight, before[name])
-    for name, velocity in model.velocities.items():
-        np.testing.assert_array_equal(velocity, velocities[name])
+    assert model.slots.keys() == slots.keys()
+    for name, state in model.slots.items():
+        for slot, array in state.items():
+            np.testing.assert_array_equal(array, slots[name][slot])
 
 
 def test_an_update_near_the_limit_that_stays_finite_is_applied_exactly() -> None:
@@ -53,10 +55,29 @@ def test_bounds_measured_afresh_let_ordinary_updates_through_after_a_large_one()
 
 
 def test_weight_decay_and_nesterov_momentum_are_bounded_too() -> None:
-    model = _model({"w": np.full(2, BIG / 2, np.float32)}, learning_rate=1.0, momentum=0.5, nesterov=True, weight_decay=0.5)
+    model = _model({"w": np.full(2, BIG / 2, np.float32)}, learning_rate=1.0, momentum=0.5, settings={"nesterov": 1.0}, weight_decay=0.5)
     model.apply({"w": np.full(2, -BIG / 4, np.float32)})
-    assert np.isfinite(model.weights["w"]).all() and np.isfinite(model.velocities["w"]).all()
+    assert np.isfinite(model.weights["w"]).all() and np.isfinite(model.slots["w"]["momentum"]).all()
     with pytest.raises(NonFinite):
         model.apply({"w": np.full(2, -LARGEST, np.float32)})
     assert model.version == 1
 
+
+
+def test_an_adam_update_that_overflows_its_second_moment_is_refused_and_changes_nothing() -> None:
+    model = _model({"w": np.ones(3, np.float32)}, learning_rate=0.1, momentum=0.9, optimizer="Adam")
+    model.apply({"w": np.ones(3, np.float32)})
+    before = model.weights["w"].copy()
+    moments = {slot: array.copy() for slot, array in model.slots["w"].items()}
+    assert set(moments) == {"momentum", "velocity"}
+
+    # Finite, but its square is not.
+    with pytest.raises(NonFinite, match="'w'"):
+        model.apply({"w": np.array([1e30, 0, 0], np.float32)})
+
+    assert model.iterations == 1
+    np.testing.assert_array_equal(model.weights["w"], before)
+    for slot, array in model.slots["w"].items():
+        np.testing.assert_array_equal(array, moments[slot])
+    model.apply({"w": np.ones(3, np.float32)})
+    assert model.iterations == 2 and (model.weights["w"] < before).all()

@@ -13,7 +13,7 @@ from omnikeras.parameter_server.shared_memory import StatusError
 from omnikeras.parameter_server.shared_memory_client import SharedMemoryChannel
 
 WEIGHTS = {"kernel": np.linspace(-1, 1, 600, dtype=np.float32).reshape(20, 30), "bias": np.zeros(30, np.float32)}
-HYPERPARAMETERS = Hyperparameters(0.05, momentum=0.9, nesterov=True)
+HYPERPARAMETERS = Hyperparameters(0.05, momentum=0.9, settings={"nesterov": 1.0})
 
 
 def _gradients(worker: int, step: int) -> dict[str, np.ndarray]:

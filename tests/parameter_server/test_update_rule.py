@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 
 from omnikeras.parameter_server import parallel
-from omnikeras.parameter_server.update_rule import Hyperparameters, apply_update
+from omnikeras.parameter_server.optimizers.sgd import apply_update
+from omnikeras.parameter_server.update_rule import Hyperparameters
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])

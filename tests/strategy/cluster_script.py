@@ -20,7 +20,8 @@ parser.add_argument("--examples", type=int, default=256)
 parser.add_argument("--batch-size", type=int, default=64)
 parser.add_argument("--epochs", type=int, default=2)
 parser.add_argument("--learning-rate", type=float, default=0.1)
-parser.add_argument("--momentum", type=float, default=0.9)
+parser.add_argument("--momentum", type=float, default=0.9, help="SGD's momentum, or Adam's beta_1")
+parser.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
 parser.add_argument("--shuffle", action="store_true")
 parser.add_argument("--weights-out")
 parser.add_argument("--die-after", type=int, help="worker 1 kills itself after this many batches, once")
@@ -46,7 +47,11 @@ def build() -> keras.Model:
         keras.layers.Dense(10, activation="softmax"),
     ])
     model.compile(
-        optimizer=keras.optimizers.SGD(args.learning_rate, momentum=args.momentum),
+        optimizer=(
+            keras.optimizers.SGD(args.learning_rate, momentum=args.momentum)
+            if args.optimizer == "sgd"
+            else keras.optimizers.Adam(args.learning_rate, beta_1=args.momentum)
+        ),
         loss="sparse_categorical_crossentropy",
         metrics=["accuracy"],
     )

@@ -1,5 +1,7 @@
-"""The training script of the epoch test: every worker records which examples it trained
-on, and in which batch, while the chief regroups the cluster in the middle of an epoch.
+"""The training script of the epoch tests: every worker records which examples it trained
+on, and in which batch. From arrays, the chief regroups the cluster in the middle of an
+epoch; from a `keras.utils.PyDataset` or a Python generator (3 passes, then its end), the
+groups stay.
 
 Each example's id is its first feature; the worker writes `{batch: [ids]}` to
 `--out/worker-<id>.json`, and the chief adds the epochs it ran and the layouts it saw.
@@ -18,6 +20,7 @@ import omnikeras
 parser = argparse.ArgumentParser()
 parser.add_argument("--out", required=True)
 parser.add_argument("--epochs", type=int, default=3)
+parser.add_argument("--input", choices=["arrays", "py_dataset", "generator"], default="arrays")
 args = parser.parse_args()
 
 EXAMPLES, BATCH = 600, 20
@@ -65,10 +68,32 @@ class Regroup(keras.callbacks.Callback):
             worker.client.set_groups(num_groups=2)
 
 
-callbacks = [Regroup()] if worker.config.is_chief else []
-history = model.fit(x, y, batch_size=BATCH, epochs=args.epochs, callbacks=callbacks, verbose=0)
+class Batches(keras.utils.PyDataset):
+    """The examples in order, `BATCH` a batch."""
+
+    def __len__(self) -> int:
+        return EXAMPLES // BATCH
+
+    def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        rows = slice(index * BATCH, (index + 1) * BATCH)
+        return x[rows], y[rows]
+
+
+def three_passes():
+    for _ in range(3):
+        for start in range(0, EXAMPLES, BATCH):
+            yield x[start : start + BATCH], y[start : start + BATCH]
+
+
+callbacks = [Regroup()] if worker.config.is_chief and args.input == "arrays" else []
+if args.input == "arrays":
+    history = model.fit(x, y, batch_size=BATCH, epochs=args.epochs, callbacks=callbacks, verbose=0)
+elif args.input == "py_dataset":
+    history = model.fit(Batches(workers=2), epochs=args.epochs, verbose=0)
+else:
+    history = model.fit(three_passes(), epochs=args.epochs, verbose=0)
 out = pathlib.Path(args.out)
 summary = {"read": read}
 if worker.config.is_chief:
-    summary.update(epochs=len(history.history["loss"]), layouts=callbacks[0].layouts + [worker.place.num_groups])
+    summary.update(epochs=len(history.history["loss"]), layouts=[*(callbacks[0].layouts if callbacks else []), worker.place.num_groups])
 (out / f"worker-{worker.config.worker_id}.json").write_text(json.dumps(summary))

@@ -121,11 +121,11 @@ def test_a_stalled_worker_holds_its_group_no_longer_than_the_deadline_and_is_wel
 
 
 def test_a_killed_parameter_server_restarts_on_its_checkpoint_and_training_finishes(tmp_path) -> None:
+    # Adam: its moments live on the server and come back from the checkpoint with it.
     launcher = subprocess.Popen(
         [sys.executable, "-m", "omnikeras", "launch", "--log-dir", str(tmp_path / "logs"), "--workers", "2",
          "--groups", "2", "--no-merge", "--checkpoint-every", "1", str(SCRIPT), "--examples", "1438",
-         # Asynchrony adds momentum of its own: 0.9 on top of it can blow up.
-         "--batch-size", "16", "--epochs", "30", "--learning-rate", "0.05", "--momentum", "0.3"],
+         "--batch-size", "16", "--epochs", "30", "--optimizer", "adam", "--learning-rate", "0.003"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     checkpoints = tmp_path / "logs" / "ps-0-checkpoints"
@@ -149,6 +149,10 @@ def test_a_killed_parameter_server_restarts_on_its_checkpoint_and_training_finis
     # A worker whose last step came before the checkpoint lost none of its own.
     assert all(int(count) == max(int(seen) - int(checkpoint), 0) for checkpoint, count, seen in lost)
     assert chief["test_accuracy"] > 0.8
+    with np.load(sorted(checkpoints.glob("checkpoint-*.npz"))[-1]) as checkpoint:
+        header = json.loads(str(checkpoint["header"]))
+        second_moments = [key for key in checkpoint.files if key.endswith(".velocity")]
+    assert header["hyperparameters"]["optimizer"] == "Adam" and second_moments
 
 
 def test_interrupting_the_launcher_leaves_no_process_behind(tmp_path) -> None:

@@ -1,6 +1,8 @@
 """The batches by index and each worker's share: together the workers read each example
 once per pass, however the server hands the batches out."""
 
+import itertools
+
 import keras
 import numpy as np
 import pytest
@@ -92,7 +94,7 @@ def test_a_three_times_faster_member_gets_three_times_the_rows() -> None:
 def test_the_dataset_reads_the_share_last_put_in_place_and_reading_consumes_nothing() -> None:
     next_share = data.NextShare([tf.int64])
     next_share.put(data.Share(0, (np.array([1, 2]),)))
-    stream = iter(next_share.dataset(tf.TensorSpec((None,), tf.int64), batches_per_pass=None))
+    stream = iter(next_share.dataset(tf.TensorSpec((None,), tf.int64), batches_per_pass=None, can_end=False))
     assert next(stream).numpy().tolist() == [1, 2]
     assert next(stream).numpy().tolist() == [1, 2], "an element read (to build a model) takes nothing away"
     next_share.put(data.Share(1, (np.array([3]),)))
@@ -109,13 +111,13 @@ def test_the_train_step_fills_the_next_share_in_a_structure_of_arrays() -> None:
         next_share.fill([tf.constant(4, tf.int64), tf.ones((3, 2)), tf.constant([7, 8, 9], tf.int64)])
 
     step()
-    (x, y) = next(iter(next_share.dataset(spec, batches_per_pass=None)))
+    (x, y) = next(iter(next_share.dataset(spec, batches_per_pass=None, can_end=False)))
     assert x["image"].shape == (3, 2) and y.numpy().tolist() == [7, 8, 9]
 
 
 def test_an_iterator_ends_where_the_next_share_lies_in_a_later_pass_than_its_first() -> None:
     next_share = data.NextShare([tf.int64])
-    dataset = next_share.dataset(tf.TensorSpec((None,), tf.int64), batches_per_pass=3)
+    dataset = next_share.dataset(tf.TensorSpec((None,), tf.int64), batches_per_pass=3, can_end=False)
 
     def epoch(batches: list[int]) -> list[int]:
         # Each batch is put in place as a step's reply would, after the one before is read.
@@ -133,11 +135,24 @@ def test_an_iterator_ends_where_the_next_share_lies_in_a_later_pass_than_its_fir
     assert epoch([6, 2, 7, 9]) == [6, 2, 7], "a batch of an earlier pass (a restored server) is read"
 
 
+def test_only_a_source_that_can_end_ends_the_epoch_at_the_end_of_its_data() -> None:
+    # Arrays read for `steps_per_epoch` steps make an endless dataset, as a generator does.
+    arrays = data.batch_source(np.arange(4, dtype=np.float32), None, None, 2, False, 0)
+    generator = data.batch_source((np.full(2, i, np.float32) for i in range(2)), None, None, 2, False, 0)
+    assert (arrays.can_end, generator.can_end) == (False, True)
+    for source in (arrays, generator):
+        next_share = data.NextShare([tf.float32])
+        next_share.put(data.Share.end(next_share.array_dtypes))
+        stream = iter(next_share.dataset(source.element_spec, batches_per_pass=None, can_end=source.can_end))
+        read = [element.numpy().tolist() for element in itertools.islice(stream, 3)]
+        assert read == ([] if source.can_end else [[], [], []]), "an end only where the source can end"
+
+
 def test_the_next_share_is_not_mirrored_inside_a_strategy_s_scope() -> None:
     with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
         next_share = data.NextShare([tf.float32])
     next_share.put(data.Share(0, (np.array([0.5], np.float32),)))
-    dataset = next_share.dataset(tf.TensorSpec((None,), tf.float32), batches_per_pass=None)
+    dataset = next_share.dataset(tf.TensorSpec((None,), tf.float32), batches_per_pass=None, can_end=False)
     assert next(iter(dataset)).numpy().tolist() == [0.5]
 
 
@@ -145,7 +160,7 @@ def test_the_dataset_reads_nothing_ahead_and_starts_no_tuning_thread_for_an_iter
     # With tf.data's autotuning on, deleting a pass's iterator waited for its tuning
     # thread: on a quarter-core emulated host, a worker stopped there for seconds at the
     # end of a pass, and its group with it.
-    options = data.NextShare([tf.float64]).dataset(tf.TensorSpec((None,), tf.float64), batches_per_pass=2).options()
+    options = data.NextShare([tf.float64]).dataset(tf.TensorSpec((None,), tf.float64), batches_per_pass=2, can_end=False).options()
     assert options.autotune.enabled is False
     assert options.experimental_optimization.inject_prefetch is False
     assert options.experimental_optimization.apply_default_optimizations is False

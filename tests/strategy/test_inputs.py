@@ -13,14 +13,6 @@ from omnikeras import ParameterServer, WorkerConfig
 BATCH, EXAMPLES = 16, 96
 
 
-@pytest.fixture
-def server():
-    server = ParameterServer()
-    server.start()
-    yield server
-    server.stop()
-
-
 def _data() -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(0)
     x = rng.normal(size=(EXAMPLES, 4)).astype(np.float32)

@@ -1,4 +1,4 @@
-"""A Keras SGD's settings become the server's rule, or a clear error."""
+"""A Keras optimizer's settings become the server's rule, or a clear error."""
 
 import keras
 import pytest
@@ -21,7 +21,7 @@ def test_schedule_weight_decay_and_its_exclusions_reach_the_server() -> None:
     optimizer.exclude_from_weight_decay(var_names=["bias"])
     model = _model(optimizer)
     rule = server_update_rule(optimizer, model.trainable_variables)
-    assert (rule.momentum, rule.nesterov, rule.weight_decay) == (0.8, True, 0.004)
+    assert (rule.optimizer, rule.momentum, rule.settings, rule.weight_decay) == ("SGD", 0.8, {"nesterov": 1.0}, 0.004)
     assert rule.learning_rate_schedule == LearningRateSchedule("CosineDecay", schedule.get_config())
     assert rule.learning_rate_at(100) == pytest.approx(0.0)
     bias = next(v.path for v in model.trainable_variables if "bias" in v.path)
@@ -32,6 +32,20 @@ def test_a_constant_rate_reads_back_as_written() -> None:
     optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
     rule = server_update_rule(optimizer, _model(optimizer).trainable_variables)
     assert (rule.learning_rate, rule.learning_rate_schedule, rule.weight_decay) == (0.01, None, 0.0)
+
+
+def test_an_adam_family_optimizer_sends_its_beta_1_as_the_momentum_and_the_rest_as_settings() -> None:
+    optimizer = keras.optimizers.AdamW(0.002, beta_1=0.85, beta_2=0.95, epsilon=1e-6, amsgrad=True)
+    rule = server_update_rule(keras.optimizers.LossScaleOptimizer(optimizer), _model(optimizer).trainable_variables)
+    assert (rule.optimizer, rule.learning_rate, rule.momentum) == ("AdamW", 0.002, 0.85)
+    assert rule.settings == {"beta_2": 0.95, "epsilon": 1e-6, "amsgrad": 1.0}
+    assert rule.weight_decay == pytest.approx(0.004)
+
+
+def test_an_optimizer_without_momentum_sends_none() -> None:
+    optimizer = keras.optimizers.Adagrad(0.1, initial_accumulator_value=0.5)
+    rule = server_update_rule(optimizer, _model(optimizer).trainable_variables)
+    assert (rule.optimizer, rule.momentum, rule.settings) == ("Adagrad", 0.0, {"initial_accumulator_value": 0.5, "epsilon": 1e-7})
 
 
 class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
@@ -52,6 +66,8 @@ class SubclassedDecay(keras.optimizers.schedules.ExponentialDecay):
         (keras.optimizers.SGD(0.1, use_ema=True), None, ValueError, "use_ema"),
         (keras.optimizers.SGD(0.1, gradient_accumulation_steps=2), None, ValueError, "gradient_accumulation_steps"),
         (keras.optimizers.SGD(0.1), "non_neg", ValueError, "constraint.*kernel"),
+        (keras.optimizers.Muon(), None, TypeError, "does not apply Muon yet"),
+        (keras.optimizers.Ftrl(), None, TypeError, "does not apply Ftrl yet"),
     ],
 )
 def test_what_the_server_cannot_apply_is_refused_by_name(optimizer, constraint, error, message) -> None:

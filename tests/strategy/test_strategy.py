@@ -14,14 +14,6 @@ from omnikeras import ParameterServer, ParameterServerClient, WorkerConfig
 from omnikeras.config import ENV_VAR
 
 
-@pytest.fixture
-def server():
-    server = ParameterServer()
-    server.start()
-    yield server
-    server.stop()
-
-
 def _model(strategy: omnikeras.GroupedAsyncStrategy, optimizer: type, **settings: float) -> keras.Model:
     with strategy.scope():
         model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="softmax")])
@@ -55,13 +47,6 @@ def test_other_models_in_the_process_train_as_usual() -> None:
     before = [keras.ops.convert_to_numpy(w).copy() for w in model.trainable_variables]
     model.fit(*_data(), batch_size=32, epochs=1, verbose=0)
     assert any(not np.array_equal(b, keras.ops.convert_to_numpy(w)) for b, w in zip(before, model.trainable_variables))
-
-
-def test_only_sgd_can_be_applied_by_the_server(server) -> None:
-    strategy = omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,)))
-    model = _model(strategy, keras.optimizers.Adam)
-    with pytest.raises(TypeError, match="keras.optimizers.SGD, not Adam"):
-        model.fit(*_data(), batch_size=32, epochs=1, verbose=0)
 
 
 _SCRIPT_RUN_WITH_PYTHON = """

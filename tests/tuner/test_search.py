@@ -239,3 +239,20 @@ def test_compensated_later_phases_keep_the_current_configuration_where_nothing_b
     )
     assert chosen == current
     assert {c.num_groups for c in tried} == {4}
+
+
+def test_without_a_momentum_like_setting_only_groups_and_learning_rates_are_tried() -> None:
+    compiled = Config(1, 0.01, 0.0)
+    optimum = Config(num_groups=2, learning_rate=0.01, momentum=0.0)
+    chosen, tried = _run(OmnivoreSearch(4, compiled, momentum_form="none"), _bowl(optimum, {1: 1.0, 2: 0.55, 4: 0.54}), start_groups=4)
+    assert {c.momentum for c in tried} == {0.0}
+    assert {c.num_groups for c in tried} > {1} and chosen is not None and chosen.momentum == 0.0
+
+
+def test_a_moving_average_momentum_moves_at_the_same_learning_rate() -> None:
+    current = Config(4, 0.001, 0.9)
+    search = OmnivoreSearch(4, Config(1, 0.001, 0.9), compensated=True, momentum_form="average")
+    _, tried = _run(search, lambda config: Outcome(100.0 + config.momentum), phase=1, start_groups=4, current=current)
+    moved = [c for c in tried if c.momentum != 0.9]
+    # Adam's effective step is its learning rate: a new beta_1 keeps it.
+    assert moved and all(c.learning_rate == current.learning_rate for c in moved)

@@ -1,0 +1,25 @@
+"""Adadelta, as `keras.optimizers.Adadelta` applies it:
+
+    g2 = rho * g2 + (1 - rho) * gradient ** 2
+    delta = -sqrt(d2 + epsilon) * gradient / sqrt(g2 + epsilon)
+    d2 = rho * d2 + (1 - rho) * delta ** 2
+    weight += learning_rate * delta
+"""
+
+import numpy as np
+
+from omnikeras.parameter_server.optimizers.base import Optimizer, Step, cast
+
+
+class Adadelta(Optimizer):
+    name = "Adadelta"
+    defaults = {"rho": 0.95, "epsilon": 1e-7}
+    slot_names = ("accumulated_grad", "accumulated_delta_var")
+
+    def update(self, weight: np.ndarray, gradient: np.ndarray, slots: dict[str, np.ndarray], step: Step) -> None:
+        rho, epsilon = self.settings["rho"], self.settings["epsilon"]
+        grads, deltas = slots["accumulated_grad"], slots["accumulated_delta_var"]
+        grads[...] = rho * grads + (1 - rho) * np.square(gradient)
+        delta = -((np.sqrt(deltas + epsilon) * gradient) / np.sqrt(grads + epsilon))
+        deltas[...] = rho * deltas + (1 - rho) * np.square(delta)
+        weight += cast(weight, step.learning_rate) * delta

@@ -1,0 +1,91 @@
+"""The base of the server's optimizers: one of Keras' optimizers, applied to NumPy arrays
+as Keras applies it to its variables, so that a model trained through the server follows
+the trajectory Keras' own optimizer would give it.
+
+An optimizer is its settings (`beta_2`, `epsilon`, ...), stored at construction; the
+learning rate, the momentum-like setting and the iteration count come with each update,
+because the server's schedule and compensated asynchrony change them from update to
+update. Arithmetic stays in the variable's dtype, scalars cast as Keras casts them.
+"""
+
+import abc
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+import numpy as np
+
+from omnikeras.parameter_server.errors import InvalidArgument
+
+# How an optimizer's momentum-like setting enters its update, which says what asynchrony's
+# implicit momentum does to it (see `compensation`):
+# - "heavy ball": the step accumulates, `v = momentum * v - lr * g` (SGD, RMSprop): the
+#   effective step is `learning_rate / (1 - momentum)`.
+# - "average": a moving average of the gradients, `m += (g - m) * (1 - beta_1)` (Adam's
+#   family, Lion): the effective step is the learning rate itself.
+# - "none": no momentum-like setting (Adagrad, Adadelta).
+MomentumForm = Literal["heavy ball", "average", "none"]
+
+
+@dataclass(frozen=True)
+class Step:
+    """What changes from one update to the next.
+
+    Attributes:
+        learning_rate: The rate in force (the schedule's, compensated where it applies).
+        momentum: The momentum-like setting in force (SGD's `momentum`, Adam's `beta_1`).
+        iteration: Updates applied before this one: Keras' `optimizer.iterations`.
+    """
+
+    learning_rate: float
+    momentum: float
+    iteration: int
+
+
+class Optimizer(abc.ABC):
+    """One of `keras.optimizers`, on the server.
+
+    A subclass names its Keras class, lists its settings with Keras' defaults and the
+    state it keeps for each variable (`slot_names`, Keras' names), and applies one update.
+
+    Args:
+        settings: The optimizer's settings besides the learning rate, weight decay and the
+            momentum-like setting; booleans as 0 or 1. Unset ones take Keras' defaults.
+    """
+
+    name: ClassVar[str]
+    defaults: ClassVar[Mapping[str, float]] = {}
+    flags: ClassVar[frozenset[str]] = frozenset()
+    momentum_setting: ClassVar[str | None] = None
+    momentum_form: ClassVar[MomentumForm] = "none"
+    slot_names: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, settings: Mapping[str, float] | None = None) -> None:
+        settings = dict(settings or {})
+        unknown = sorted(set(settings) - set(self.defaults))
+        if unknown:
+            known = ", ".join(sorted(self.defaults)) or "none"
+            raise InvalidArgument(f"{self.name} has no setting {', '.join(unknown)} (its settings: {known})")
+        for key, value in settings.items():
+            if not math.isfinite(value):
+                raise InvalidArgument(f"{self.name}'s {key} must be finite, got {value}")
+            if key in self.flags and value not in (0.0, 1.0):
+                raise InvalidArgument(f"{self.name}'s {key} is a flag: 0 or 1, got {value}")
+        self.settings: dict[str, float] = {**self.defaults, **settings}
+
+    def slots(self, weight: np.ndarray, step: Step) -> dict[str, np.ndarray]:
+        """The state of a variable before its first update, as Keras builds it."""
+        return {name: np.zeros_like(weight) for name in self.slot_names}
+
+    @abc.abstractmethod
+    def update(self, weight: np.ndarray, gradient: np.ndarray, slots: dict[str, np.ndarray], step: Step) -> None:
+        """Applies one update to `weight` and its `slots`, in place."""
+
+    def flag(self, key: str) -> bool:
+        return self.settings[key] == 1.0
+
+
+def cast(weight: np.ndarray, value: float | np.floating) -> np.floating:
+    """`value` in `weight`'s dtype, as Keras' `ops.cast(value, variable.dtype)`."""
+    return weight.dtype.type(value)

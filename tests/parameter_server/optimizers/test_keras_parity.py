@@ -1,0 +1,53 @@
+"""Each optimizer the server applies follows Keras' own over 200 updates, with a learning
+-rate schedule and, where the optimizer has it, weight decay with an exclusion."""
+
+import numpy as np
+import pytest
+
+keras = pytest.importorskip("keras")
+
+from optimizer_cases import KERAS_OPTIMIZERS  # noqa: E402
+
+from omnikeras.parameter_server.model_state import ModelState  # noqa: E402
+from omnikeras.parameter_server.optimizers import OPTIMIZERS  # noqa: E402
+from omnikeras.strategy.update_rule import server_update_rule  # noqa: E402
+
+STEPS = 200
+
+
+def test_every_server_optimizer_has_a_parity_case() -> None:
+    covered = {make().__class__.__name__ for make in KERAS_OPTIMIZERS.values()}
+    assert covered == set(OPTIMIZERS)
+
+
+@pytest.mark.parametrize("case", sorted(KERAS_OPTIMIZERS))
+def test_the_server_follows_keras(case: str) -> None:
+    rng = np.random.default_rng(0)
+    starts = {"dense/kernel": rng.normal(size=(6, 4)).astype("float32"), "dense/bias": rng.normal(size=4).astype("float32")}
+    steps = [{name: rng.normal(size=w.shape).astype("float32") for name, w in starts.items()} for _ in range(STEPS)]
+
+    optimizer = KERAS_OPTIMIZERS[case]()
+    variables = {name: keras.Variable(w.copy(), name=name.split("/")[1]) for name, w in starts.items()}
+    optimizer.exclude_from_weight_decay(var_names=["bias"])
+    optimizer.build(list(variables.values()))
+    rule = server_update_rule(optimizer, [])
+    if optimizer.weight_decay:
+        rule = rule.__class__(**{**_fields(rule), "no_weight_decay": frozenset({"dense/bias"})})
+    for gradients in steps:
+        optimizer.apply_gradients([(keras.ops.convert_to_tensor(gradients[n]), variables[n]) for n in starts])
+
+    state = ModelState(rule)
+    state.initialize({name: w.copy() for name, w in starts.items()})
+    for gradients in steps:
+        state.apply({name: g.copy() for name, g in gradients.items()})
+
+    for name, variable in variables.items():
+        np.testing.assert_allclose(state.weights[name], keras.ops.convert_to_numpy(variable), rtol=1e-5, atol=1e-5)
+        # The weights moved: the comparison says something.
+        assert not np.allclose(state.weights[name], starts[name], atol=1e-3)
+
+
+def _fields(rule: object) -> dict:
+    import dataclasses
+
+    return {f.name: getattr(rule, f.name) for f in dataclasses.fields(rule) if f.init}  # type: ignore[arg-type]
