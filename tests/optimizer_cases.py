@@ -25,5 +25,12 @@ KERAS_OPTIMIZERS: dict[str, Callable[[], keras.optimizers.Optimizer]] = {
     "RMSprop centered momentum": lambda: keras.optimizers.RMSprop(_decay(), rho=0.8, momentum=0.5, centered=True),
     "Adagrad": lambda: keras.optimizers.Adagrad(_decay(), initial_accumulator_value=0.2, weight_decay=0.01),
     "Adadelta": lambda: keras.optimizers.Adadelta(1.0, rho=0.9, weight_decay=0.01),
+    "Lamb": lambda: keras.optimizers.Lamb(_decay(), beta_1=0.85, weight_decay=0.01),
+    "Adafactor": lambda: keras.optimizers.Adafactor(_decay(), clip_threshold=0.5, weight_decay=0.01),
+    "Ftrl": lambda: keras.optimizers.Ftrl(
+        0.05, l1_regularization_strength=0.001, l2_regularization_strength=0.01,
+        l2_shrinkage_regularization_strength=0.01, beta=0.1,
+    ),
+    "ScheduleFreeAdamW": lambda: keras.optimizers.ScheduleFreeAdamW(_decay(), warmup_steps=20, weight_decay=0.01),
     "Lion": lambda: keras.optimizers.Lion(_cosine_with_warmup(), beta_1=0.8, weight_decay=0.01),
 }

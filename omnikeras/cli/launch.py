@@ -51,9 +51,12 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
         "--ray",
         action="store_true",
         help="run on this machine's Ray cluster, or on a new one on its loopback (pip install 'omnikeras[ray]'): "
-        "one worker per GPU and one per CPU node (--workers: fewer)",
+        "one worker per GPU and one per CPU node (--workers: fewer, or more sharing the CPU nodes' CPUs)",
     )
-    parser.add_argument("--ray-address", metavar="ADDRESS", help="run on the Ray cluster at ADDRESS (implies --ray)")
+    parser.add_argument(
+        "--ray-address", metavar="ADDRESS",
+        help="run on the Ray cluster whose head is at ADDRESS, host:port (implies --ray)",
+    )
     parser.add_argument("--group-timeout", type=float, default=60.0, help="seconds a group waits for a missing member (default: %(default)s)")
     parser.add_argument(
         "--checkpoint-every", type=float, default=30.0,

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from omnikeras.config import WorkerConfig
 from omnikeras.emulation import ClusterSpec, EmulatedCluster, FaultInjector, FaultSpec, HostSpec
+from omnikeras.launcher import ray_address
 from omnikeras.launcher.worker_plan import WorkerPlan, plan_emulated_workers, plan_workers
 from omnikeras.processes import Child, ServerStartError, start_parameter_server
 from omnikeras.processes.worker import python_command, start_worker
@@ -26,8 +27,6 @@ from omnikeras.profiles.profile import ClusterProfile
 from omnikeras.profiles.thread_cache import cached_thread_settings
 
 _POLL_SECONDS = 0.2
-# Written by Ray where a cluster runs on this machine; `ray.init(address="auto")` joins it.
-_RAY_CURRENT_CLUSTER = pathlib.Path("/tmp/ray/ray_current_cluster")
 # Times the launcher restarts one process that died before giving up on it.
 MAX_RESTARTS = 3
 
@@ -119,9 +118,11 @@ def launch(
             command line's form `KIND:TARGET@AT[+SECONDS]`.
         ray: Run on a Ray cluster (needs `omnikeras[ray]`): True joins this machine's
             cluster, or starts one on its loopback; a string is the address of the
-            cluster to join. The servers and workers run as Ray actors, one worker per GPU
+            cluster to join, refused within seconds where nothing answers (see
+            `ray_address`). The servers and workers run as Ray actors, one worker per GPU
             and one merged worker per CPU node (one per CPU with `merge=False`); `workers`
-            defaults to all of them. Where GPU and CPU workers mix and `throughputs` is
+            defaults to all of them, at least one per group, and more share the CPU
+            nodes' CPUs (see `plan_ray_cluster`). Where GPU and CPU workers mix and `throughputs` is
             None, each kind of node is profiled once and the profile cached. Each actor runs its process as locally, which dies
             with it; Ray restarts a dead server's actor on its node, port and
             checkpoints, and a dead worker's actor, which rejoins its group. A token is
@@ -222,18 +223,12 @@ def _ray_launcher(ray: bool | str, profile: object, emulate: object, faults: Seq
         raise ValueError("an emulated cluster runs on this machine, not on Ray: drop emulate (--emulate) or ray (--ray)")
     if profile is not None:
         raise ValueError("a profile describes this machine, not a Ray cluster's nodes: give throughputs (--throughputs)")
-    address = ray if isinstance(ray, str) else None
-    start_local = address is None and not os.environ.get("RAY_ADDRESS") and not _RAY_CURRENT_CLUSTER.exists()
-    if start_local and "ray" not in sys.modules:
-        # No cluster to join: the one started here is this machine's alone, on loopback
-        # (Ray reads this as it is imported).
-        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    address = ray_address.resolve(ray if isinstance(ray, str) else None, _say)
     try:
         from omnikeras.launcher.on_ray import launch_on_ray
     except ImportError as error:
         raise LaunchError(f"running on Ray needs Ray: pip install 'omnikeras[ray]' ({error})") from None
-    return functools.partial(launch_on_ray, address, start_local)
+    return functools.partial(launch_on_ray, address)
 
 
 def server_args(groups: int, group_timeout: float, checkpoint_every: float, measure_momentum: bool) -> list[str]:

@@ -38,15 +38,20 @@ PROFILES_FILE = "ray-node-profiles.json"
 _START_SECONDS = 180.0
 
 
-def connect(address: str | None, start_local: bool) -> Callable[[], None]:
-    """Joins the Ray cluster at `address` (None: this machine's), or with `start_local`
-    starts one; returns what disconnects, and stops a cluster started here."""
+def connect(address: str | None) -> Callable[[], None]:
+    """Joins the Ray cluster at `address`, or with None starts one on this machine (unless
+    this process is connected to one already); returns what disconnects, and stops a
+    cluster started here."""
     if ray.is_initialized():
         return lambda: None
-    if start_local:
-        ray.init(include_dashboard=False, namespace=NAMESPACE, logging_level=logging.WARNING, log_to_driver=False)
+    if address is None:
+        # "local": a new cluster, even where Ray's file names one that is gone.
+        ray.init(
+            address="local", include_dashboard=False, namespace=NAMESPACE, logging_level=logging.WARNING,
+            log_to_driver=False,
+        )
     else:
-        ray.init(address=address or "auto", namespace=NAMESPACE, logging_level=logging.WARNING, log_to_driver=False)
+        ray.init(address=address, namespace=NAMESPACE, logging_level=logging.WARNING, log_to_driver=False)
     return ray.shutdown
 
 
@@ -317,7 +322,6 @@ def _get(refs: Any, what: str) -> Any:
 
 def launch_on_ray(
     address: str | None,
-    start_local: bool,
     script: str,
     script_args: Sequence[str],
     workers: int | None,
@@ -335,8 +339,9 @@ def launch_on_ray(
     shared_memory: bool,
     tls: TLSFiles | None,
 ) -> int:
-    """The Ray half of `launch`: see its docstring."""
-    disconnect = connect(address, start_local)
+    """The Ray half of `launch`: see its docstring; `address` is the cluster's (None:
+    start one here), as `ray_address.resolve` found it."""
+    disconnect = connect(address)
     try:
         profiles = NodeProfiles(cache_dir() / PROFILES_FILE)
         plan = plan_ray_cluster(live_nodes(), workers, groups, ps_shards, merge, throughputs, profiles)

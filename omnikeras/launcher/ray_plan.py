@@ -2,8 +2,11 @@
 
 Each GPU is one worker (`num_gpus=1`); each CPU-only node is one merged worker with the
 CPUs the servers leave it (the batch-merging CPU path, per node), or with `merge` off one
-worker per CPU. Servers take `SERVER_CPUS` each, spread over the nodes: CPU-only nodes
-first, the ones with the most CPUs first.
+worker per CPU. More workers than that share the CPU nodes, as the local launcher's
+processes share one machine's cores: a node's workers split its free CPUs evenly, in
+fractions of a logical CPU where need be. Servers take `SERVER_CPUS` each (half a node
+smaller than twice that), spread over the nodes: CPU-only nodes first, the ones with the
+most CPUs first.
 """
 
 import math
@@ -15,6 +18,11 @@ from omnikeras.profiles.threads import ThreadSettings
 
 # Logical CPUs each parameter server holds on its node: it runs the updates.
 SERVER_CPUS = 1.0
+# The least a worker is given where workers share a node: below a tenth of a CPU its
+# process would mostly wait for its turn, and such a plan is refused as having no room.
+MIN_WORKER_CPUS = 0.1
+# Ray counts logical CPUs in steps of 1/10000.
+_CPU_STEPS = 10_000
 
 
 @dataclass(frozen=True)
@@ -86,10 +94,19 @@ def plan_ray_cluster(
 ) -> RayPlan:
     """Places `ps_shards` servers and the workers of `groups` groups on `nodes`.
 
-    `workers` defaults to every place the cluster has (one per GPU, one per CPU node); a
-    smaller number takes the GPUs first, then the CPU nodes with the most CPUs. Without
-    `throughputs`, workers on alike places get equal shares and CPU workers shares in
-    proportion to their CPUs; where GPU and CPU workers mix, each gets the peak
+    `workers` defaults to every place the cluster has (one per GPU, one per CPU node with
+    a whole CPU left), and to at least one per group; a smaller number takes the GPUs
+    first, then the CPU nodes with the most CPUs. A larger number shares the CPU nodes:
+    each next worker goes to the node where the workers keep the most CPUs each, and a
+    node's workers split its free CPUs evenly, down to `MIN_WORKER_CPUS` each. With
+    `merge` on, a CPU node takes at most one worker per group (more would be members of
+    one group on one node, which the merged path trains as one): workers asked for
+    beyond that run merged, as fewer workers, as locally one process per group does.
+    A plan is refused when the workers cannot have `MIN_WORKER_CPUS` each (with `merge`,
+    one per group), or a server no CPUs.
+
+    Without `throughputs`, workers on alike places get equal shares and CPU workers shares
+    in proportion to their CPUs; where GPU and CPU workers mix, each gets the peak
     throughput of its device in `profile_of` its node (asked once per kind of node), and
     without `profile_of` such a plan is refused.
 
@@ -99,9 +116,17 @@ def plan_ray_cluster(
     >>> plan = plan_ray_cluster(nodes, workers=2, groups=2, ps_shards=1)
     >>> [(slot.node_id, slot.num_gpus) for slot in plan.workers]
     [('gpu', 1), ('gpu', 1)]
+
+    Two groups on one machine of 2 CPUs: the server holds one, the workers share the other.
+
+    >>> plan = plan_ray_cluster([RayNode("laptop", cpus=2, gpus=0)], workers=2, groups=2, ps_shards=1)
+    >>> [slot.num_cpus for slot in plan.workers]
+    [0.5, 0.5]
     """
     if ps_shards < 1 or groups < 1 or (workers is not None and workers < 1):
         raise ValueError("workers, groups and ps_shards must be at least 1")
+    if workers is not None and groups > workers:
+        raise ValueError(f"{groups} groups need at least as many workers, got {workers}")
     nodes = [node for node in nodes if node.cpus > 0 or node.gpus > 0]
     if not nodes:
         raise ValueError("the Ray cluster has no node with CPUs or GPUs")
@@ -110,32 +135,53 @@ def plan_ray_cluster(
     hosts = sorted(nodes, key=lambda node: (node.gpus > 0, -node.cpus))
     for shard in range(ps_shards):
         node = hosts[shard % len(hosts)]
-        if free[node.node_id] < SERVER_CPUS:
+        cpus = min(SERVER_CPUS, node.cpus / 2) or SERVER_CPUS
+        if free[node.node_id] < cpus:
             raise ValueError(
-                f"{ps_shards} parameter servers need {SERVER_CPUS:g} CPU each; node {node.node_id} has "
+                f"{ps_shards} parameter servers need {cpus:g} CPU each; node {node.node_id} has "
                 f"{free[node.node_id]:g} left"
             )
-        free[node.node_id] -= SERVER_CPUS
-        servers.append(Slot(node.node_id, SERVER_CPUS))
+        free[node.node_id] -= cpus
+        servers.append(Slot(node.node_id, cpus))
+
+    # Workers per CPU node: one with a whole CPU left (one per whole CPU without merge).
+    cpu_nodes = sorted((n for n in nodes if not n.gpus and free[n.node_id] > 0), key=lambda n: -free[n.node_id])
+    count = {n.node_id: (1 if merge else math.floor(free[n.node_id])) if free[n.node_id] >= 1 else 0 for n in cpu_nodes}
+    gpu_workers = sum(node.gpus for node in nodes)
+    asked = max(gpu_workers + sum(count.values()), groups) if workers is None else workers
+    most_per_node = groups if merge else asked
+    while gpu_workers + sum(count.values()) < asked:
+        roomy = [
+            n for n in cpu_nodes
+            if count[n.node_id] < most_per_node and _cpus_each(free[n.node_id], count[n.node_id] + 1) >= MIN_WORKER_CPUS
+        ]
+        if not roomy:
+            break
+        count[max(roomy, key=lambda n: free[n.node_id] / (count[n.node_id] + 1)).node_id] += 1
 
     places = []
     for node in nodes:
         cpus = free[node.node_id]
         if node.gpus:
             places += [Slot(node.node_id, cpus / node.gpus, 1)] * node.gpus
-        elif cpus > 0:
-            count = 1 if merge else max(1, math.floor(cpus))
-            places += [Slot(node.node_id, cpus / count)] * count
+        elif count.get(node.node_id):
+            places += [Slot(node.node_id, _cpus_each(cpus, count[node.node_id]))] * count[node.node_id]
     places.sort(key=lambda slot: (-slot.num_gpus, -slot.num_cpus))
-    workers = len(places) if workers is None else workers
-    if workers > len(places):
+    # With merge, workers beyond one per group on each CPU node run merged, as fewer.
+    merged = merge and any(count[node.node_id] == groups for node in cpu_nodes)
+    if len(places) < (groups if merged else asked):
         raise ValueError(
-            f"the Ray cluster has room for {len(places)} worker{'s' * (len(places) != 1)} "
-            f"({_count(places)}); {workers} asked for"
+            f"the Ray cluster has room for {len(places)} worker{'s' * (len(places) != 1)}"
+            f"{f' ({_count(places)})' if places else ''}; "
+            + (f"{groups} needed, one per group" if workers is None or merged else f"{asked} asked for")
+            + (
+                f" (workers that share a CPU node hold {MIN_WORKER_CPUS:g} CPU each at least, beside "
+                f"{ps_shards} parameter server{'s' * (ps_shards != 1)})"
+                if cpu_nodes or not places else ""
+            )
         )
-    if groups > workers:
-        raise ValueError(f"{groups} groups need at least as many workers, got {workers}")
-    chosen = tuple(places[:workers])
+    chosen = tuple(places[:asked])
+    workers = len(chosen)
 
     if throughputs is not None:
         if len(throughputs) != workers:
@@ -158,10 +204,20 @@ def plan_ray_cluster(
         f"server{'s' * (ps_shards != 1)}, {workers} worker{'s' * (workers != 1)} ({_count(chosen)}) "
         f"in {groups} group{'s' * (groups != 1)}"
     )
+    if workers < asked:
+        message += (
+            f"; the {asked} workers asked for run merged as {workers}, at most one per group on a CPU node, "
+            "each training its group's share as one batch (--no-merge: one per worker)"
+        )
     if shares is not None and throughputs is None:
         mixed = any(slot.num_gpus for slot in chosen)
         message += ", batch shares by their devices' profiles" if mixed else ", batch shares in proportion to their CPUs"
     return RayPlan(tuple(servers), chosen, shares, environments, message)
+
+
+def _cpus_each(cpus: float, workers: int) -> float:
+    """`cpus` split among `workers`, rounded down to what Ray counts."""
+    return math.floor(cpus / workers * _CPU_STEPS + 1e-6) / _CPU_STEPS
 
 
 def _profiled_shares(

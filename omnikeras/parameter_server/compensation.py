@@ -36,11 +36,12 @@ With one group every gradient is current: the compiled rule applies unchanged.
 Optimizers other than SGD (see `optimizers.base.MomentumForm`):
 - RMSprop's momentum accumulates its steps as SGD's does ("heavy ball"): compensated as
   above.
-- The `beta_1` of Adam's family and Lion's is a moving average of the gradients
-  ("average"), whose effective step is the learning rate itself: the explicit `beta_1` in
+- The `beta_1` of Adam's family (Lamb's too) and Lion's is a moving average of the
+  gradients ("average"), whose effective step is the learning rate itself: the explicit `beta_1` in
   force is what the implicit momentum leaves of the compiled one, down to 0 (a negative
   average has no meaning), and the learning rate in force is the capped step.
-- Adagrad and Adadelta have no momentum-like setting ("none"): only the step is capped.
+- Adagrad, Adadelta, Adafactor, Ftrl and ScheduleFreeAdamW have no momentum-like setting
+  the theory speaks of ("none"): only the step is capped.
 What the theory does not cover: it is derived for SGD, where an update is the gradient
 times the rate. An adaptive optimizer divides each update by a running measure of the
 gradients' size, which the staleness changes little, so the implicit momentum still adds

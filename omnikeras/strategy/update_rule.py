@@ -17,7 +17,7 @@ from omnikeras.parameter_server.optimizers import OPTIMIZERS, Optimizer
 from omnikeras.parameter_server.schedules import FORMULAS, LearningRateSchedule
 
 # Keras optimizers the server does not apply yet, and what to do instead.
-_NOT_ON_THE_SERVER = ("Adafactor", "Ftrl", "Lamb", "Muon", "ScheduleFreeAdamW")
+_NOT_ON_THE_SERVER = ("Muon",)
 
 
 def server_update_rule(
@@ -71,7 +71,7 @@ def _server_optimizer(optimizer: keras.optimizers.Optimizer) -> type[Optimizer]:
     if name in _NOT_ON_THE_SERVER and type(optimizer) is getattr(keras.optimizers, name):
         raise TypeError(
             f"the parameter server does not apply {name} yet; it applies Keras' {applied}: "
-            "compile with one of them (Adam or AdamW in place of Lamb, Adafactor or Muon)"
+            "compile with one of them (AdamW in place of Muon)"
         )
     raise TypeError(
         f"GroupedAsyncStrategy runs the optimizer on the parameter server, which applies Keras' "

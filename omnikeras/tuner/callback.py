@@ -24,7 +24,7 @@ def _tuned(rule: Hyperparameters) -> str:
     """What the tuner changes of the compiled optimizer, in its own words."""
     momentum = rule.rule.momentum_setting
     if momentum is None:
-        return f"{rule.optimizer}'s learning rate (it has no momentum-like setting) and the groups"
+        return f"{rule.optimizer}'s learning rate and the groups (it has no momentum-like setting the tuner changes)"
     return f"{rule.optimizer}'s learning rate and {momentum}, and the groups"
 
 
@@ -45,7 +45,8 @@ class OmnivoreCallback(keras.callbacks.Callback):
     most asynchronous one worth having; with one (the launcher's merged process on a CPU
     host), it tunes momentum and learning rate only, and says so. The momentum is the
     compiled optimizer's momentum-like setting (SGD's and RMSprop's `momentum`, the
-    `beta_1` of Adam's family and Lion's); Adagrad and Adadelta have none, and only their
+    `beta_1` of Adam's family and Lion's); Adagrad, Adadelta, Adafactor, Ftrl and
+    ScheduleFreeAdamW have none it may change, and only their
     learning rate and the groups are tuned. It says which as it starts. With compensated
     asynchrony (the default) the first phase takes the compiled settings at those groups,
     and later trials continue from one another, so that tuning keeps their training.

@@ -2,7 +2,7 @@
 
 import pytest
 
-from omnikeras.launcher.ray_plan import SERVER_CPUS, RayNode, plan_ray_cluster
+from omnikeras.launcher.ray_plan import MIN_WORKER_CPUS, SERVER_CPUS, RayNode, plan_ray_cluster
 from omnikeras.profiles import ClusterProfile, DeviceProfile
 
 
@@ -42,14 +42,63 @@ def test_fewer_workers_take_the_largest_places() -> None:
     assert plan.servers[0].node_id == "big"
 
 
+def test_two_groups_share_a_machine_of_two_cpus_as_the_local_launcher_runs_them() -> None:
+    # `omnikeras launch --ray --workers 2 --groups 2` on a machine of 2 CPUs.
+    plan = plan_ray_cluster([RayNode("laptop", 2, 0)], 2, groups=2, ps_shards=1)
+    assert [(s.node_id, s.num_cpus) for s in plan.servers] == [("laptop", SERVER_CPUS)]
+    assert [(s.node_id, s.num_cpus) for s in plan.workers] == [("laptop", 0.5)] * 2
+    assert plan.throughputs is None
+    assert [e["TF_NUM_INTRAOP_THREADS"] for e in plan.environments] == ["1", "1"]
+    assert "1 parameter server, 2 workers (2 with 0.5 CPUs) in 2 groups" in plan.message
+
+
+def test_workers_default_to_one_per_group_at_least() -> None:
+    plan = plan_ray_cluster([RayNode("a", 2, 0)], None, groups=3, ps_shards=1)
+    # What Ray counts: steps of 1/10000, never more than the node has.
+    assert [s.num_cpus for s in plan.workers] == [0.3333] * 3
+
+
+def test_more_workers_go_where_each_keeps_the_most_cpus() -> None:
+    plan = plan_ray_cluster([RayNode("head", 8, 0), RayNode("b", 4, 0)], 4, groups=4, ps_shards=1)
+    # The head keeps 7 CPUs beside the server: 3.5 each for two, then 2.3333 each for three.
+    assert [(s.node_id, s.num_cpus) for s in plan.workers] == [("b", 4.0)] + [("head", 2.3333)] * 3
+    assert plan.throughputs == (4.0, 2.3333, 2.3333, 2.3333)
+    assert [e["TF_NUM_INTRAOP_THREADS"] for e in plan.environments] == ["4", "2", "2", "2"]
+
+
+def test_with_merge_a_node_takes_one_worker_per_group_and_more_run_merged() -> None:
+    plan = plan_ray_cluster([RayNode("a", 2, 0)], 4, groups=2, ps_shards=1)
+    assert [s.num_cpus for s in plan.workers] == [0.5, 0.5]
+    assert "2 workers (2 with 0.5 CPUs) in 2 groups; the 4 workers asked for run merged as 2" in plan.message
+    unmerged = plan_ray_cluster([RayNode("a", 2, 0)], 4, groups=2, ps_shards=1, merge=False)
+    assert [s.num_cpus for s in unmerged.workers] == [0.25] * 4
+
+
+def test_a_node_of_one_cpu_gives_the_server_half() -> None:
+    plan = plan_ray_cluster([RayNode("a", 1, 0)], None, groups=1, ps_shards=1)
+    assert [s.num_cpus for s in plan.servers] == [0.5]
+    assert [s.num_cpus for s in plan.workers] == [0.5]
+
+
+def test_the_least_a_shared_node_gives_a_worker() -> None:
+    plan = plan_ray_cluster([RayNode("a", 2, 0)], 10, groups=10, ps_shards=1)
+    assert [s.num_cpus for s in plan.workers] == [MIN_WORKER_CPUS] * 10
+    assert sum(s.num_cpus for s in plan.workers) + plan.servers[0].num_cpus <= 2
+
+
 @pytest.mark.parametrize(
     ("nodes", "workers", "groups", "shards", "message"),
     [
         ([], None, 1, 1, "no node with CPUs or GPUs"),
         ([RayNode("a", 0, 0)], None, 1, 1, "no node with CPUs or GPUs"),
-        ([RayNode("a", 2, 0)], 3, 1, 1, "room for 1 worker .*3 asked for"),
-        ([RayNode("a", 2, 0), RayNode("b", 2, 0)], None, 3, 1, "3 groups need at least as many workers"),
-        ([RayNode("a", 1.5, 0)], None, 1, 2, "2 parameter servers need 1 CPU each; node a has 0.5 left"),
+        ([RayNode("g", 4, 2)], 3, 1, 1, r"room for 2 workers \(2 with 1 GPU and 1.5 CPUs\); 3 asked for$"),
+        # Twelve workers on the CPU the server leaves would hold less than a tenth each.
+        ([RayNode("a", 2, 0)], 12, 12, 1, r"room for 10 workers \(10 with 0.1 CPUs\); 12 asked for .*0.1 CPU each"),
+        # Two servers fill a node of 1.5 CPUs, half each.
+        ([RayNode("a", 1.5, 0)], None, 1, 2, "room for 0 workers; 1 needed, one per group"),
+        ([RayNode("g", 4, 2)], None, 3, 1, "room for 2 workers .*; 3 needed, one per group$"),
+        ([RayNode("a", 2, 0), RayNode("b", 2, 0)], 2, 3, 1, "3 groups need at least as many workers, got 2"),
+        ([RayNode("a", 2, 0)], None, 1, 3, "3 parameter servers need 1 CPU each; node a has 0 left"),
         ([RayNode("g", 4, 1), RayNode("c", 4, 0)], None, 1, 1, "mix GPUs and CPUs: give each one's examples/s"),
         ([RayNode("a", 2, 0)], 0, 1, 1, "must be at least 1"),
     ],

@@ -1,6 +1,9 @@
 """`omnikeras launch --ray-address` on a real local Ray cluster of two nodes (see
-conftest.py): training, a worker's and a server's actor killed mid-run, and Ctrl-C."""
+conftest.py): training, workers sharing a node, a worker's and a server's actor killed
+mid-run, and Ctrl-C. The launcher runs as from a user's shell: without the tests' setting
+that puts Ray on loopback, which the cluster has and the launcher must find by itself."""
 
+import os
 import pathlib
 import signal
 import subprocess
@@ -23,9 +26,15 @@ def _command(run_dir: pathlib.Path, address: str | None, *options: str, script_a
             str(SCRIPT), *script_args]
 
 
+def _shell_environment() -> dict[str, str]:
+    environment = dict(os.environ)
+    environment.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
+    return environment
+
+
 def _run(run_dir: pathlib.Path, address: str | None, *options: str, script_args: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
     return subprocess.run(_command(run_dir, address, *options, script_args=script_args),
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, env=_shell_environment())
 
 
 def _actors_of(run_dir: pathlib.Path) -> list[str]:
@@ -46,7 +55,7 @@ def _stalled_run(run_dir: pathlib.Path, address: str, *options: str) -> subproce
     launcher = subprocess.Popen(
         _command(run_dir, address, "--groups", "1", "--checkpoint-every", "0.5", *options,
                  script_args=("--epochs", "24", "--stall-after", "2", "--stall-seconds", "20")),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_shell_environment(),
     )
     _wait_for_stall(run_dir, launcher)
     return launcher
@@ -69,6 +78,32 @@ def test_two_nodes_train_the_digits_model_as_the_local_launcher_does(ray_cluster
     accuracy, local_accuracy = chief["test_accuracy"], result_of(local.stdout)["test_accuracy"]
     assert accuracy > 0.85 and abs(accuracy - local_accuracy) <= 0.05, (accuracy, local_accuracy)
     assert _actors_of(tmp_path / "ray") == []
+
+
+def test_two_groups_share_the_one_cpu_a_server_leaves_on_a_node_of_two(ray_cluster, tmp_path) -> None:
+    # The head has 2 CPUs, as the machine `--ray --workers 2 --groups 2` was refused on:
+    # one server holds 1, the two workers share the other (the second server is on the
+    # other node, which it fills).
+    run = _run(tmp_path / "run", ray_cluster, "--ps-shards", "2", "--workers", "2", "--groups", "2",
+               script_args=("--epochs", "2", "--examples", "256"))
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "2 parameter servers, 2 workers (2 with 0.5 CPUs) in 2 groups" in run.stderr
+    assert result_of(run.stdout)["steps"] > 0
+    assert result_of((tmp_path / "run" / "worker-1.log").read_text())["steps"] > 0
+    assert _actors_of(tmp_path / "run") == []
+
+
+def test_ray_on_this_machine_runs_two_groups_as_the_local_launcher_does(tmp_path) -> None:
+    # `omnikeras launch --ray --workers 2 --groups 2` on a cluster of this machine alone,
+    # new (RAY_ADDRESS=local, as the suite's cluster may be running): whatever its CPUs,
+    # the server and the two workers share them.
+    command = [sys.executable, "-m", "omnikeras", "launch", "--ray", "--workers", "2", "--groups", "2",
+               "--log-dir", str(tmp_path), str(SCRIPT)]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=600,
+                         env=dict(_shell_environment(), RAY_ADDRESS="local"))
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "Ray cluster of 1 node: 1 parameter server, 2 workers (2 with " in run.stderr
+    assert result_of(run.stdout)["steps"] > 0
 
 
 def test_with_a_certificate_the_servers_serve_tls_to_workers_on_every_node(ray_cluster, tmp_path) -> None:

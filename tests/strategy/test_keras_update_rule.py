@@ -67,7 +67,6 @@ class SubclassedDecay(keras.optimizers.schedules.ExponentialDecay):
         (keras.optimizers.SGD(0.1, gradient_accumulation_steps=2), None, ValueError, "gradient_accumulation_steps"),
         (keras.optimizers.SGD(0.1), "non_neg", ValueError, "constraint.*kernel"),
         (keras.optimizers.Muon(), None, TypeError, "does not apply Muon yet"),
-        (keras.optimizers.Ftrl(), None, TypeError, "does not apply Ftrl yet"),
     ],
 )
 def test_what_the_server_cannot_apply_is_refused_by_name(optimizer, constraint, error, message) -> None:

@@ -24,7 +24,8 @@ from omnikeras.parameter_server.errors import InvalidArgument
 #   effective step is `learning_rate / (1 - momentum)`.
 # - "average": a moving average of the gradients, `m += (g - m) * (1 - beta_1)` (Adam's
 #   family, Lion): the effective step is the learning rate itself.
-# - "none": no momentum-like setting (Adagrad, Adadelta).
+# - "none": no momentum-like setting (Adagrad, Adadelta, Adafactor, Ftrl), or one that
+#   stays as compiled (ScheduleFreeAdamW's `beta_1`, which interpolates iterates).
 MomentumForm = Literal["heavy ball", "average", "none"]
 
 

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 keras = pytest.importorskip("keras")
+tf = pytest.importorskip("tensorflow")
 
 from optimizer_cases import KERAS_OPTIMIZERS  # noqa: E402
 
@@ -33,8 +34,10 @@ def test_the_server_follows_keras(case: str) -> None:
     rule = server_update_rule(optimizer, [])
     if optimizer.weight_decay:
         rule = rule.__class__(**{**_fields(rule), "no_weight_decay": frozenset({"dense/bias"})})
+    # As `fit` applies it: in a graph.
+    apply = tf.function(lambda grads: optimizer.apply_gradients(zip(grads, variables.values())))
     for gradients in steps:
-        optimizer.apply_gradients([(keras.ops.convert_to_tensor(gradients[n]), variables[n]) for n in starts])
+        apply([tf.constant(gradients[n]) for n in variables])
 
     state = ModelState(rule)
     state.initialize({name: w.copy() for name, w in starts.items()})
