@@ -634,9 +634,10 @@ class GroupCoordinator:
         with self._cond:
             self._meter = None
             self._compensation = AsynchronyCompensation(state.num_groups)
+            # The rule first: a rule of another optimizer would discard the restored state.
+            self.model.hyperparameters = state.hyperparameters
             self.model.initialize(state.weights, state.version, state.slots)
             self.model.iterations = state.iterations
-            self.model.hyperparameters = state.hyperparameters
             self.resumed_from_version = state.version
             self.num_groups = state.num_groups
             self._assignment = dict(state.assignment)

@@ -32,7 +32,7 @@ from omnikeras.v1 import parameter_server_pb2 as pb
 
 class ModelState:
     def __init__(self, hyperparameters: Hyperparameters) -> None:
-        self.hyperparameters = hyperparameters
+        self._hyperparameters = hyperparameters
         self.weights: dict[str, np.ndarray] = {}
         # The optimizer's state of each variable, by Keras' names: SGD's "momentum",
         # Adam's "momentum" and "velocity", ...
@@ -46,6 +46,20 @@ class ModelState:
         self._pull_cache: _EncodedWeights | None = None
         # Upper bounds on each variable's largest magnitude, exact when first needed.
         self._bounds: dict[str, _Bounds] = {}
+
+    @property
+    def hyperparameters(self) -> Hyperparameters:
+        return self._hyperparameters
+
+    @hyperparameters.setter
+    def hyperparameters(self, rule: Hyperparameters) -> None:
+        """A new rule; another optimizer, or other settings of it, start from fresh state,
+        as a newly compiled Keras optimizer does (the state is each optimizer's own)."""
+        before = self._hyperparameters
+        if (rule.optimizer, rule.settings) != (before.optimizer, before.settings):
+            self.slots = {}
+            self._bounds = {}
+        self._hyperparameters = rule
 
     @property
     def initialized(self) -> bool:

@@ -81,3 +81,16 @@ def test_an_adam_update_that_overflows_its_second_moment_is_refused_and_changes_
         np.testing.assert_array_equal(array, moments[slot])
     model.apply({"w": np.ones(3, np.float32)})
     assert model.iterations == 2 and (model.weights["w"] < before).all()
+
+
+def test_another_optimizer_starts_from_fresh_state_and_a_new_learning_rate_keeps_it() -> None:
+    model = _model({"w": np.ones(3, np.float32)}, learning_rate=0.1, momentum=0.9)
+    model.apply({"w": np.ones(3, np.float32)})
+    momentum = model.slots["w"]["momentum"].copy()
+    model.hyperparameters = Hyperparameters(0.05, momentum=0.9)
+    np.testing.assert_array_equal(model.slots["w"]["momentum"], momentum)
+    model.hyperparameters = Hyperparameters(0.01, momentum=0.9, optimizer="Adam")
+    model.apply({"w": np.ones(3, np.float32)})
+    assert set(model.slots["w"]) == {"momentum", "velocity"}
+    # Adam's first moment after its first update: (1 - beta_1) times the gradient.
+    np.testing.assert_allclose(model.slots["w"]["momentum"], np.full(3, 0.1), rtol=1e-6)
