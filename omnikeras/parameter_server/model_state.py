@@ -10,7 +10,7 @@ largest magnitude, carried from update to update with the gradients' sums of mag
 (which the server's finiteness check measures as they arrive); only an update whose bound
 comes near the dtype's limit is measured exactly and, if still near it, tried on copies
 first. The other optimizers divide and take roots, which no cheap bound follows: their
-updates are computed on copies and checked before they are put in place.
+updates are computed into new arrays and checked before they are put in place.
 """
 
 import math
@@ -24,8 +24,9 @@ import numpy as np
 from omnikeras.parameter_server import tensors
 from omnikeras.parameter_server.errors import FailedPrecondition, NonFinite
 from omnikeras.parameter_server.optimizers import Step
+from omnikeras.parameter_server.optimizers.base import Slots, decayed
 from omnikeras.parameter_server.optimizers.sgd import SGD, apply_weight_decay
-from omnikeras.parameter_server.server_state import Arrays, Slots
+from omnikeras.parameter_server.server_state import Arrays, OptimizerState
 from omnikeras.parameter_server.update_rule import Hyperparameters
 from omnikeras.v1 import parameter_server_pb2 as pb
 
@@ -36,7 +37,7 @@ class ModelState:
         self.weights: dict[str, np.ndarray] = {}
         # The optimizer's state of each variable, by Keras' names: SGD's "momentum",
         # Adam's "momentum" and "velocity", ...
-        self.slots: Slots = {}
+        self.slots: OptimizerState = {}
         self.specs: dict[str, tensors.VariableSpec] = {}
         self.version = 0
         # Updates applied, as Keras' `optimizer.iterations` counts them: schedules read it.
@@ -77,7 +78,7 @@ class ModelState:
         self,
         weights: Mapping[str, np.ndarray],
         version: int = 0,
-        slots: Slots | None = None,
+        slots: OptimizerState | None = None,
     ) -> None:
         self.weights = {name: tensors.little_endian(w) for name, w in weights.items()}
         self.specs = {name: tensors.VariableSpec.of(name, w) for name, w in self.weights.items()}
@@ -135,7 +136,7 @@ class ModelState:
             self._bounds[name] = _Bounds.exact(self.weights[name], self._velocity(name))
             bounds[name] = self._bounds_after(name, magnitudes[name], step)
         tried = {
-            name: self._try_update(name, gradients[name], step)
+            name: self._updated(name, gradients[name], step)
             for name in near_limit
             if not bounds[name].within(self.weights[name].dtype)
         }
@@ -151,9 +152,9 @@ class ModelState:
         self._bounds = bounds
 
     def _apply_checked(self, gradients: Mapping[str, np.ndarray], step: Step) -> None:
-        """Any other optimizer's update, computed on copies and put in place only when
-        every weight and every array of the optimizer's state is finite."""
-        updated = {name: self._try_update(name, gradient, step) for name, gradient in gradients.items()}
+        """Any other optimizer's update, computed into new arrays and put in place only
+        when every weight and every array of the optimizer's state is finite."""
+        updated = {name: self._updated(name, gradient, step) for name, gradient in gradients.items()}
         self._finish_pulls()
         for name, (weight, slots) in updated.items():
             self.weights[name] = weight
@@ -167,26 +168,31 @@ class ModelState:
     def _velocity(self, name: str) -> np.ndarray | None:
         return self.slots.get(name, {}).get("momentum")
 
-    def _update(self, name: str, weight: np.ndarray, slots: dict[str, np.ndarray], gradient: np.ndarray, step: Step) -> None:
-        """Updates `weight` and its `slots` in place (creating the optimizer's state on
-        the variable's first update)."""
+    def _update(self, name: str, weight: np.ndarray, slots: Slots, gradient: np.ndarray, step: Step) -> None:
+        """SGD's update of `weight` and its `slots`, in place."""
         rule = self.hyperparameters
+        assert isinstance(rule.rule, SGD)
         if name in rule.statistics:
             weight += gradient
             return
-        if not slots:
-            slots.update(rule.rule.slots(weight, step))
         if rule.decays(name):
             apply_weight_decay(weight, step.learning_rate * rule.weight_decay)
-        rule.rule.update(weight, gradient, slots, step)
+        rule.rule.update_in_place(weight, gradient, slots, step)
 
-    def _try_update(self, name: str, gradient: np.ndarray, step: Step) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """The updated weight and optimizer state of `name`, computed on copies; raises
-        `NonFinite` if any holds NaN or Inf."""
-        weight = self.weights[name].copy()
-        slots = {slot: array.copy() for slot, array in self.slots.get(name, {}).items()}
+    def _updated(self, name: str, gradient: np.ndarray, step: Step) -> tuple[np.ndarray, Slots]:
+        """The weight and optimizer state of `name` after the update, as new arrays (the
+        optimizer's state created on the variable's first update); raises `NonFinite`
+        if any holds NaN or Inf."""
+        rule = self.hyperparameters
+        weight = self.weights[name]
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            self._update(name, weight, slots, gradient, step)
+            if name in rule.statistics:
+                weight, slots = weight + gradient, self.slots.get(name, {})
+            else:
+                slots = self.slots.get(name) or rule.rule.slots(weight, step)
+                if rule.decays(name):
+                    weight = decayed(weight, step.learning_rate * rule.weight_decay)
+                weight, slots = rule.rule.update(weight, gradient, slots, step)
         for array in (weight, *slots.values()):
             if not math.isfinite(tensors.abs_sum(array)):
                 raise NonFinite("update of", name)

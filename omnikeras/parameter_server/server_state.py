@@ -4,19 +4,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from omnikeras.parameter_server.optimizers.base import Slots
 from omnikeras.parameter_server.update_rule import Hyperparameters
 
-# The optimizer's state: variable name -> slot name (Keras': "momentum", "velocity", ...)
-# -> array.
-Slots = dict[str, dict[str, np.ndarray]]
+# The optimizer's state, by variable name.
+OptimizerState = dict[str, Slots]
 # Weights by variable name, and the optimizer's state.
-Arrays = tuple[dict[str, np.ndarray], Slots]
+Arrays = tuple[dict[str, np.ndarray], OptimizerState]
 
 
 @dataclass
 class ServerState:
     weights: dict[str, np.ndarray]
-    slots: Slots
+    slots: OptimizerState
     version: int
     # Updates applied, which learning-rate schedules read.
     iterations: int

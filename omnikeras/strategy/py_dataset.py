@@ -63,6 +63,10 @@ class PyDatasetBatches:
             self._stride = index - self._last_index
         self._last_index = index
         item = self._item(index)
+        # This worker reads forward: the orders of passes behind this batch's are done with
+        # (reads ahead may have made those of later passes already).
+        for done in [number for number in self._orders if number < index // (self.batches_per_pass or 1)]:
+            del self._orders[done]
         self._read_ahead(index)
         pending = self._ahead.pop(item, None)
         raw = pending.result() if pending is not None else self._dataset[item]
@@ -94,9 +98,6 @@ class PyDatasetBatches:
             return position
         if number not in self._orders:
             self._orders[number] = np.random.default_rng([self._seed, number]).permutation(self.batches_per_pass)
-            # A pass's order and the next's, where reads ahead reach, are the ones in use.
-            for older in sorted(self._orders)[:-2]:
-                del self._orders[older]
         return int(self._orders[number][position])
 
     def _read_ahead(self, index: int) -> None:

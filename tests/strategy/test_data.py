@@ -215,3 +215,11 @@ def test_a_py_dataset_s_passes_are_shuffled_alike_and_read_ahead_gives_the_same_
     assert reads[0] == reads[1]
     assert sorted(reads[0][:3]) == sorted(set(reads[0][:3]))
     assert items[0].ended == items[1].ended == 2
+
+
+def test_reads_ahead_that_reach_passes_further_on_leave_the_current_pass_s_order_alone() -> None:
+    # A stride of 7 batches (of 6 a pass) reads ahead into the passes two to four on.
+    items = [_Items(workers=3), _Items()]
+    sources = [data.batch_source(d, None, None, 2, True, 7) for d in items]
+    reads = [[int(s.batch(i)[0][0, 0]) for i in (0, 7, 8, 9)] for s in sources]
+    assert reads[0] == reads[1]

@@ -8,7 +8,7 @@
 
 import numpy as np
 
-from omnikeras.parameter_server.optimizers.base import Optimizer, Step, cast
+from omnikeras.parameter_server.optimizers.base import Optimizer, Slots, Step, cast
 
 
 class Adadelta(Optimizer):
@@ -16,10 +16,11 @@ class Adadelta(Optimizer):
     defaults = {"rho": 0.95, "epsilon": 1e-7}
     slot_names = ("accumulated_grad", "accumulated_delta_var")
 
-    def update(self, weight: np.ndarray, gradient: np.ndarray, slots: dict[str, np.ndarray], step: Step) -> None:
+    def update(self, weight: np.ndarray, gradient: np.ndarray, slots: Slots, step: Step) -> tuple[np.ndarray, Slots]:
         rho, epsilon = self.settings["rho"], self.settings["epsilon"]
-        grads, deltas = slots["accumulated_grad"], slots["accumulated_delta_var"]
-        grads[...] = rho * grads + (1 - rho) * np.square(gradient)
+        deltas = slots["accumulated_delta_var"]
+        grads = rho * slots["accumulated_grad"] + (1 - rho) * np.square(gradient)
         delta = -((np.sqrt(deltas + epsilon) * gradient) / np.sqrt(grads + epsilon))
-        deltas[...] = rho * deltas + (1 - rho) * np.square(delta)
-        weight += cast(weight, step.learning_rate) * delta
+        deltas = rho * deltas + (1 - rho) * np.square(delta)
+        updated = weight + cast(weight, step.learning_rate) * delta
+        return updated, {"accumulated_grad": grads, "accumulated_delta_var": deltas}

@@ -6,17 +6,17 @@
 
 import numpy as np
 
-from omnikeras.parameter_server.optimizers.base import Optimizer, Step, cast
+from omnikeras.parameter_server.optimizers.base import Optimizer, Slots, Step, cast
 
 
 class Adagrad(Optimizer):
     name = "Adagrad"
     defaults = {"initial_accumulator_value": 0.1, "epsilon": 1e-7}
 
-    def slots(self, weight: np.ndarray, step: Step) -> dict[str, np.ndarray]:
+    def slots(self, weight: np.ndarray, step: Step) -> Slots:
         return {"accumulator": np.full_like(weight, self.settings["initial_accumulator_value"])}
 
-    def update(self, weight: np.ndarray, gradient: np.ndarray, slots: dict[str, np.ndarray], step: Step) -> None:
-        accumulator = slots["accumulator"]
-        accumulator += np.square(gradient)
-        weight -= (cast(weight, step.learning_rate) * gradient) / np.sqrt(accumulator + self.settings["epsilon"])
+    def update(self, weight: np.ndarray, gradient: np.ndarray, slots: Slots, step: Step) -> tuple[np.ndarray, Slots]:
+        accumulator = slots["accumulator"] + np.square(gradient)
+        updated = weight - (cast(weight, step.learning_rate) * gradient) / np.sqrt(accumulator + self.settings["epsilon"])
+        return updated, {"accumulator": accumulator}

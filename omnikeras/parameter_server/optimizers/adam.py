@@ -12,7 +12,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from omnikeras.parameter_server.optimizers.base import MomentumForm, Optimizer, Step, cast
+from omnikeras.parameter_server.optimizers.base import MomentumForm, Optimizer, Slots, Step, cast
 
 
 class Adam(Optimizer):
@@ -22,11 +22,11 @@ class Adam(Optimizer):
     momentum_setting = "beta_1"
     momentum_form: ClassVar[MomentumForm] = "average"
 
-    def slots(self, weight: np.ndarray, step: Step) -> dict[str, np.ndarray]:
+    def slots(self, weight: np.ndarray, step: Step) -> Slots:
         names = ("momentum", "velocity", "velocity_hat") if self.flag("amsgrad") else ("momentum", "velocity")
         return {name: np.zeros_like(weight) for name in names}
 
-    def update(self, weight: np.ndarray, gradient: np.ndarray, slots: dict[str, np.ndarray], step: Step) -> None:
+    def update(self, weight: np.ndarray, gradient: np.ndarray, slots: Slots, step: Step) -> tuple[np.ndarray, Slots]:
         beta_1, beta_2 = step.momentum, self.settings["beta_2"]
         local_step = cast(weight, step.iteration + 1)
         alpha = (
@@ -35,11 +35,12 @@ class Adam(Optimizer):
             / (1 - np.power(cast(weight, beta_1), local_step))
         )
         m, v = slots["momentum"], slots["velocity"]
-        m += (gradient - m) * (1 - beta_1)
-        v += (np.square(gradient) - v) * (1 - beta_2)
+        m = m + (gradient - m) * (1 - beta_1)
+        v = v + (np.square(gradient) - v) * (1 - beta_2)
+        state = {"momentum": m, "velocity": v}
         if self.flag("amsgrad"):
-            v = np.maximum(slots["velocity_hat"], v, out=slots["velocity_hat"])
-        weight -= (m * alpha) / (np.sqrt(v) + self.settings["epsilon"])
+            v = state["velocity_hat"] = np.maximum(slots["velocity_hat"], v)
+        return weight - (m * alpha) / (np.sqrt(v) + self.settings["epsilon"]), state
 
 
 class AdamW(Adam):

@@ -27,6 +27,8 @@ from omnikeras.parameter_server.errors import InvalidArgument
 # - "none": no momentum-like setting (Adagrad, Adadelta, Adafactor, Ftrl), or one that
 #   stays as compiled (ScheduleFreeAdamW's `beta_1`, which interpolates iterates).
 MomentumForm = Literal["heavy ball", "average", "none"]
+# One variable's state, by Keras' names ("momentum", "velocity", ...).
+Slots = dict[str, np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -75,13 +77,17 @@ class Optimizer(abc.ABC):
                 raise InvalidArgument(f"{self.name}'s {key} is a flag: 0 or 1, got {value}")
         self.settings: dict[str, float] = {**self.defaults, **settings}
 
-    def slots(self, weight: np.ndarray, step: Step) -> dict[str, np.ndarray]:
+    def slots(self, weight: np.ndarray, step: Step) -> Slots:
         """The state of a variable before its first update, as Keras builds it."""
         return {name: np.zeros_like(weight) for name in self.slot_names}
 
     @abc.abstractmethod
-    def update(self, weight: np.ndarray, gradient: np.ndarray, slots: dict[str, np.ndarray], step: Step) -> None:
-        """Applies one update to `weight` and its `slots`, in place."""
+    def update(self, weight: np.ndarray, gradient: np.ndarray, slots: Slots, step: Step) -> tuple[np.ndarray, Slots]:
+        """The weight and its state after one update, as new arrays.
+
+        `weight` and `slots` are left as they were: the server checks the result before
+        it puts it in place. `gradient` may serve as scratch space.
+        """
 
     def flag(self, key: str) -> bool:
         return self.settings[key] == 1.0
@@ -90,3 +96,9 @@ class Optimizer(abc.ABC):
 def cast(weight: np.ndarray, value: float | np.floating) -> np.floating:
     """`value` in `weight`'s dtype, as Keras' `ops.cast(value, variable.dtype)`."""
     return weight.dtype.type(value)
+
+
+def decayed(weight: np.ndarray, factor: float) -> np.ndarray:
+    """`weight` scaled by 1 - `factor` (the learning rate times Keras' weight decay), as a
+    new array."""
+    return np.multiply(weight, weight.dtype.type(1.0 - factor))

@@ -10,7 +10,7 @@
 
 import numpy as np
 
-from omnikeras.parameter_server.optimizers.base import Optimizer, Step, cast
+from omnikeras.parameter_server.optimizers.base import Optimizer, Slots, Step, cast
 
 
 class Ftrl(Optimizer):
@@ -24,13 +24,13 @@ class Ftrl(Optimizer):
         "beta": 0.0,
     }
 
-    def slots(self, weight: np.ndarray, step: Step) -> dict[str, np.ndarray]:
+    def slots(self, weight: np.ndarray, step: Step) -> Slots:
         return {
             "accumulator": np.full_like(weight, self.settings["initial_accumulator_value"]),
             "linear": np.zeros_like(weight),
         }
 
-    def update(self, weight: np.ndarray, gradient: np.ndarray, slots: dict[str, np.ndarray], step: Step) -> None:
+    def update(self, weight: np.ndarray, gradient: np.ndarray, slots: Slots, step: Step) -> tuple[np.ndarray, Slots]:
         settings = self.settings
         lr = cast(weight, step.learning_rate)
         power = settings["learning_rate_power"]
@@ -39,7 +39,7 @@ class Ftrl(Optimizer):
         accumulator, linear = slots["accumulator"], slots["linear"]
         shrunk = gradient + (2 * settings["l2_shrinkage_regularization_strength"]) * weight
         new_accumulator = accumulator + np.square(gradient)
-        linear += shrunk - ((np.power(new_accumulator, -power) - np.power(accumulator, -power)) / lr) * weight
+        linear = linear + (shrunk - ((np.power(new_accumulator, -power) - np.power(accumulator, -power)) / lr) * weight)
         quadratic = np.power(new_accumulator, -power) / lr + 2 * l2
-        weight[...] = (np.clip(linear, -l1, l1) - linear) / quadratic
-        accumulator[...] = new_accumulator
+        updated = (np.clip(linear, -l1, l1) - linear) / quadratic
+        return updated, {"accumulator": new_accumulator, "linear": linear}

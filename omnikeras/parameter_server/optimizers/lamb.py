@@ -12,7 +12,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from omnikeras.parameter_server.optimizers.base import MomentumForm, Optimizer, Step, cast
+from omnikeras.parameter_server.optimizers.base import MomentumForm, Optimizer, Slots, Step, cast
 
 
 class Lamb(Optimizer):
@@ -22,16 +22,16 @@ class Lamb(Optimizer):
     momentum_form: ClassVar[MomentumForm] = "average"
     slot_names = ("momentum", "velocity")
 
-    def update(self, weight: np.ndarray, gradient: np.ndarray, slots: dict[str, np.ndarray], step: Step) -> None:
+    def update(self, weight: np.ndarray, gradient: np.ndarray, slots: Slots, step: Step) -> tuple[np.ndarray, Slots]:
         beta_1, beta_2 = step.momentum, self.settings["beta_2"]
         local_step = cast(weight, step.iteration + 1)
         beta_1_power = np.power(cast(weight, beta_1), local_step)
         beta_2_power = np.power(cast(weight, beta_2), local_step)
         m, v = slots["momentum"], slots["velocity"]
-        m += (gradient - m) * (1 - beta_1)
-        v += (np.square(gradient) - v) * (1 - beta_2)
+        m = m + (gradient - m) * (1 - beta_1)
+        v = v + (np.square(gradient) - v) * (1 - beta_2)
         update = (m / (1.0 - beta_1_power)) / (np.sqrt(v / (1.0 - beta_2_power)) + self.settings["epsilon"])
         weight_norm = np.sqrt(np.sum(np.square(weight)))
         update_norm = np.sqrt(np.sum(np.square(update)))
         ratio = weight_norm / update_norm if weight_norm > 0 and update_norm > 0 else cast(weight, 1.0)
-        weight -= ratio * cast(weight, step.learning_rate) * update
+        return weight - ratio * cast(weight, step.learning_rate) * update, {"momentum": m, "velocity": v}

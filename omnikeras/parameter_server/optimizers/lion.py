@@ -8,7 +8,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from omnikeras.parameter_server.optimizers.base import MomentumForm, Optimizer, Step, cast
+from omnikeras.parameter_server.optimizers.base import MomentumForm, Optimizer, Slots, Step, cast
 
 
 class Lion(Optimizer):
@@ -18,9 +18,9 @@ class Lion(Optimizer):
     momentum_form: ClassVar[MomentumForm] = "average"
     slot_names = ("momentum",)
 
-    def update(self, weight: np.ndarray, gradient: np.ndarray, slots: dict[str, np.ndarray], step: Step) -> None:
+    def update(self, weight: np.ndarray, gradient: np.ndarray, slots: Slots, step: Step) -> tuple[np.ndarray, Slots]:
         one = cast(weight, 1.0)
         beta_1, beta_2 = cast(weight, step.momentum), cast(weight, self.settings["beta_2"])
         m = slots["momentum"]
-        weight -= cast(weight, step.learning_rate) * np.sign(m * beta_1 + gradient * (one - beta_1))
-        m[...] = m * beta_2 + gradient * (one - beta_2)
+        updated = weight - cast(weight, step.learning_rate) * np.sign(m * beta_1 + gradient * (one - beta_1))
+        return updated, {"momentum": m * beta_2 + gradient * (one - beta_2)}

@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from omnikeras.parameter_server.optimizers.base import MomentumForm, Optimizer, Step, cast
+from omnikeras.parameter_server.optimizers.base import MomentumForm, Optimizer, Slots, Step, cast
 
 
 class Nadam(Optimizer):
@@ -27,7 +27,7 @@ class Nadam(Optimizer):
         # update, extended by one factor per update (Keras keeps it as a variable).
         self._product: tuple[int, np.float32] = (0, np.float32(1.0))
 
-    def update(self, weight: np.ndarray, gradient: np.ndarray, slots: dict[str, np.ndarray], step: Step) -> None:
+    def update(self, weight: np.ndarray, gradient: np.ndarray, slots: Slots, step: Step) -> tuple[np.ndarray, Slots]:
         beta_1 = cast(weight, step.momentum)
         beta_2 = cast(weight, self.settings["beta_2"])
         local_step = cast(weight, step.iteration + 1)
@@ -38,11 +38,12 @@ class Nadam(Optimizer):
         u_product_t_1 = u_product_t * u_t_1
         beta_2_power = np.power(beta_2, local_step)
         m, v = slots["momentum"], slots["velocity"]
-        m += (gradient - m) * (1 - beta_1)
-        v += (np.square(gradient) - v) * (1 - beta_2)
+        m = m + (gradient - m) * (1 - beta_1)
+        v = v + (np.square(gradient) - v) * (1 - beta_2)
         m_hat = (u_t_1 * m) / (1 - u_product_t_1) + ((1 - u_t) * gradient) / (1 - u_product_t)
         v_hat = v / (1 - beta_2_power)
-        weight -= (m_hat * cast(weight, step.learning_rate)) / (np.sqrt(v_hat) + self.settings["epsilon"])
+        updated = weight - (m_hat * cast(weight, step.learning_rate)) / (np.sqrt(v_hat) + self.settings["epsilon"])
+        return updated, {"momentum": m, "velocity": v}
 
     def _product_through(self, t: int, beta_1: float) -> np.float32:
         """`u_1 ... u_t` in float32, as Keras multiplies it up one update at a time (with

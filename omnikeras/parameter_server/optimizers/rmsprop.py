@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from omnikeras.parameter_server.optimizers.base import MomentumForm, Optimizer, Step, cast
+from omnikeras.parameter_server.optimizers.base import MomentumForm, Optimizer, Slots, Step, cast
 
 
 class RMSprop(Optimizer):
@@ -21,7 +21,7 @@ class RMSprop(Optimizer):
     momentum_setting = "momentum"
     momentum_form: ClassVar[MomentumForm] = "heavy ball"
 
-    def slots(self, weight: np.ndarray, step: Step) -> dict[str, np.ndarray]:
+    def slots(self, weight: np.ndarray, step: Step) -> Slots:
         names = ["velocity"]
         if step.momentum != 0:
             names.append("momentum")
@@ -29,20 +29,18 @@ class RMSprop(Optimizer):
             names.append("average_gradient")
         return {name: np.zeros_like(weight) for name in names}
 
-    def update(self, weight: np.ndarray, gradient: np.ndarray, slots: dict[str, np.ndarray], step: Step) -> None:
+    def update(self, weight: np.ndarray, gradient: np.ndarray, slots: Slots, step: Step) -> tuple[np.ndarray, Slots]:
         rho, epsilon = self.settings["rho"], self.settings["epsilon"]
-        velocity = slots["velocity"]
-        velocity[...] = rho * velocity + (1 - rho) * np.square(gradient)
+        # A momentum buffer stays while compensation puts a momentum of 0 in force.
+        state = dict(slots)
+        velocity = state["velocity"] = rho * slots["velocity"] + (1 - rho) * np.square(gradient)
         if self.flag("centered"):
-            average = slots["average_gradient"]
-            average[...] = rho * average + (1 - rho) * gradient
+            average = state["average_gradient"] = rho * slots["average_gradient"] + (1 - rho) * gradient
             denominator = velocity - np.square(average) + epsilon
         else:
             denominator = velocity + epsilon
         increment = (cast(weight, step.learning_rate) * gradient) / np.sqrt(denominator)
         if step.momentum == 0:
-            weight -= increment
-            return
-        momentum = slots.setdefault("momentum", np.zeros_like(weight))
-        momentum[...] = step.momentum * momentum + increment
-        weight -= momentum
+            return weight - increment, state
+        momentum = state["momentum"] = step.momentum * slots.get("momentum", np.zeros_like(weight)) + increment
+        return weight - momentum, state

@@ -20,17 +20,17 @@ does not take: z starts at 0, and the first update throws a plain run's weights 
 
 import numpy as np
 
-from omnikeras.parameter_server.optimizers.base import Optimizer, Step, cast
+from omnikeras.parameter_server.optimizers.base import Optimizer, Slots, Step, cast
 
 
 class ScheduleFreeAdamW(Optimizer):
     name = "ScheduleFreeAdamW"
     defaults = {"beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-8, "warmup_steps": 0.0}
 
-    def slots(self, weight: np.ndarray, step: Step) -> dict[str, np.ndarray]:
+    def slots(self, weight: np.ndarray, step: Step) -> Slots:
         return {"momentum": weight.copy(), "velocity": np.zeros_like(weight)}
 
-    def update(self, weight: np.ndarray, gradient: np.ndarray, slots: dict[str, np.ndarray], step: Step) -> None:
+    def update(self, weight: np.ndarray, gradient: np.ndarray, slots: Slots, step: Step) -> tuple[np.ndarray, Slots]:
         settings = self.settings
         lr = cast(weight, step.learning_rate)
         local_step = cast(weight, step.iteration + 1)
@@ -39,11 +39,11 @@ class ScheduleFreeAdamW(Optimizer):
             lr = lr * np.minimum(local_step / cast(weight, settings["warmup_steps"]), 1.0)
         z, v = slots["momentum"], slots["velocity"]
         bias_correction_2 = 1 - np.power(beta_2, local_step)
-        v += (np.square(gradient) - v) * (1 - beta_2)
-        z -= (lr * gradient) / (np.sqrt(v / bias_correction_2) + cast(weight, settings["epsilon"]))
+        v = v + (np.square(gradient) - v) * (1 - beta_2)
+        z = z - (lr * gradient) / (np.sqrt(v / bias_correction_2) + cast(weight, settings["epsilon"]))
         share = 1.0 / local_step
         # Keras reads its "momentum_old" from the variable after the step above has
         # changed it, so the updated z recovers x here too.
         x = (weight - (1 - beta_1) * z) / beta_1
         x = (1 - share) * x + share * z
-        weight[...] = (1 - beta_1) * z + beta_1 * x
+        return (1 - beta_1) * z + beta_1 * x, {"momentum": z, "velocity": v}

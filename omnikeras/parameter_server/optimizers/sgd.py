@@ -13,7 +13,7 @@ import numpy as np
 import scipy.linalg.blas
 
 from omnikeras.parameter_server import parallel
-from omnikeras.parameter_server.optimizers.base import MomentumForm, Optimizer, Step
+from omnikeras.parameter_server.optimizers.base import MomentumForm, Optimizer, Slots, Step
 
 
 class SGD(Optimizer):
@@ -23,10 +23,18 @@ class SGD(Optimizer):
     momentum_setting = "momentum"
     momentum_form: ClassVar[MomentumForm] = "heavy ball"
 
-    def slots(self, weight: np.ndarray, step: Step) -> dict[str, np.ndarray]:
+    def slots(self, weight: np.ndarray, step: Step) -> Slots:
         return {"momentum": np.zeros_like(weight)} if step.momentum != 0 else {}
 
-    def update(self, weight: np.ndarray, gradient: np.ndarray, slots: dict[str, np.ndarray], step: Step) -> None:
+    def update(self, weight: np.ndarray, gradient: np.ndarray, slots: Slots, step: Step) -> tuple[np.ndarray, Slots]:
+        state = {slot: array.copy() for slot, array in slots.items()}
+        updated = weight.copy()
+        self.update_in_place(updated, gradient, state, step)
+        return updated, state
+
+    def update_in_place(self, weight: np.ndarray, gradient: np.ndarray, slots: Slots, step: Step) -> None:
+        """`update` on the arrays themselves: the server's bound on SGD's magnitudes says
+        when this is safe (see `ModelState`)."""
         if step.momentum != 0 and "momentum" not in slots:
             slots["momentum"] = np.zeros_like(weight)
         apply_update(weight, slots.get("momentum"), gradient, step.learning_rate, step.momentum, self.flag("nesterov"))
