@@ -29,7 +29,7 @@ Every side runs in processes of its own, started once and kept waiting, because 
 settings are fixed when TensorFlow's runtime starts. Round after round the sides take
 turns, one at a time, and each figure is the median of the rounds' ratios, so load that
 comes and goes on a shared machine weighs on all sides alike. Plain Keras without XLA is
-measured too and reported on stderr. `--quick` runs two short rounds, for a correctness
+measured too and reported on stderr. `--quick` runs one short round, for a correctness
 check.
 
     .venv/bin/python benchmarks/cpu_path.py [--quick]
@@ -188,7 +188,7 @@ def log(message: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="two short rounds, for a correctness check")
+    parser.add_argument("--quick", action="store_true", help="one short round, for a correctness check")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--batch", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--steps", type=int, help=argparse.SUPPRESS)
@@ -206,7 +206,7 @@ def main() -> int:
     from omnikeras.profiles.model_spec import REFERENCE
     from omnikeras.profiles.thread_search import search_thread_settings
 
-    rounds, steps = (2, 2) if args.quick else (9, 8)
+    rounds, steps = (1, 2) if args.quick else (9, 8)
     # On a shared machine, other users' processes change the figures: say how busy it was.
     log(f"load average at the start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     log(f"choosing the merged path's thread settings at batch {BATCH}")

@@ -76,7 +76,7 @@ FULL = (
     Setup("digits", "MLP on digits", 8, (1, 2, 4, 8), 150, (0.3, 0.1, 1.0), (0, 1, 2), 0.1),
     Setup("fashion_mnist", "main CNN on Fashion-MNIST", 8, (1, 2, 4, 8), 150, (0.05, 0.015, 0.15), (0, 1, 2), 0.7),
 )
-QUICK = (Setup("digits", "MLP on digits", 4, (1, 2, 4), 100, (0.3,), (0,), 0.2),)
+QUICK = (Setup("digits", "MLP on digits", 4, (1, 2, 4), 60, (0.3,), (0,), 0.2),)
 QUICK_CLUSTER_FIELDS = {"link": "1gbit", "hosts": [{"name": "half", "cpus": 0.5, "count": 4}]}
 
 

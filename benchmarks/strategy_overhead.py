@@ -69,7 +69,7 @@ def main() -> int:
         f"batch 64, {steps} steps a run, timed after {warmup}")
     ratios: dict[str, list[float]] = {case: [] for case in CASES}
     epoch_ratios: list[float] = []
-    epoch_args = ["--fixed", "--epochs", "2" if args.quick else "3", *(["--examples", "2048"] if args.quick else [])]
+    epoch_args = ["--fixed", "--epochs", "2" if args.quick else "3", *(["--examples", "1024"] if args.quick else [])]
     with tempfile.TemporaryDirectory() as log_dir:
         for round_index in range(rounds):
             for case, (model, optimizer) in CASES.items():

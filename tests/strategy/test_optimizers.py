@@ -14,7 +14,7 @@ from optimizer_cases import KERAS_OPTIMIZERS
 import omnikeras
 from omnikeras import WorkerConfig
 
-BATCH, EXAMPLES, EPOCHS = 16, 96, 3
+BATCH, EXAMPLES, EPOCHS = 16, 96, 2
 
 
 def _data() -> tuple[np.ndarray, np.ndarray]:
