@@ -8,7 +8,7 @@ INSTALLED := $(VENV)/.installed
 # Debian's packages need root: sudo where we are not.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup data run lint test test-fast protos
+.PHONY: setup data run lint test test-fast test-benchmarks protos
 
 setup: $(INSTALLED) data
 
@@ -33,11 +33,16 @@ lint: setup
 	$(VENV)/bin/ruff check omnikeras tests benchmarks tools examples
 	$(VENV)/bin/mypy
 
+# The quick runs of the longest benchmark scripts are left to `make test-benchmarks`, so
+# that CI (which runs `make test`) stays within 30 minutes.
 test: lint
-	$(PY) -m pytest
+	$(PY) -m pytest -m "not benchmark_run"
 
 test-fast: setup
-	$(PY) -m pytest -m "not slow"
+	$(PY) -m pytest -m "not slow and not benchmark_run"
+
+test-benchmarks: setup
+	$(PY) -m pytest -m benchmark_run
 
 # The generated stubs under omnikeras/v1/ come from here only.
 protos: setup

@@ -18,22 +18,22 @@ BENCHMARKS = pathlib.Path(__file__).resolve().parents[2] / "benchmarks"
     "script, keys",
     [
         ("ps_roundtrip.py", {"roundtrip_vs_echo_1M", "roundtrip_vs_echo_25M", "same_host_roundtrip_vs_echo_25M", "pushes_per_s_8x100K"}),
-        ("strategy_overhead.py", {
+        pytest.param("strategy_overhead.py", {
             "step_time_vs_plain_keras_main", "step_time_vs_plain_keras_reference", "step_time_vs_plain_keras_adam",
             "epoch_time_vs_plain_keras_main",
-        }),
+        }, marks=pytest.mark.benchmark_run),
         ("step_breakdown.py", {
             "plain_ms", "hook_only_ms", "grpc_ms", "shared_memory_ms", "grpc_exchange_ms", "shared_memory_exchange_ms",
             "shared_memory_copy_in_ms", "shared_memory_wait_ms", "server_update_ms",
         }),
-        ("time_to_accuracy.py", {
+        pytest.param("time_to_accuracy.py", {
             "plain_sgd_s", "plain_adam_s", "omnikeras_adam_s", "sync_s", "async_s", "omnivore_s", "omnivore_over_best_host",
             "omnikeras_adam_over_plain_adam",
             *(() if MISSING else (
                 "emulated_sync_s", "emulated_async_s", "emulated_compensated_s", "emulated_omnivore_s",
                 "emulated_default_over_omnivore", "emulated_compensated_over_sync_updates",
             )),
-        }),
+        }, marks=pytest.mark.benchmark_run),
         ("cpu_path.py", {"merged_vs_4_processes", "merged_vs_plain_keras", "flops_fraction_of_matmul"}),
         ("ray_overhead.py", {"ray_over_local_steps_per_s"}),
         pytest.param(

@@ -91,6 +91,7 @@ def test_the_page_keeps_what_lies_outside_its_results(tmp_path: pathlib.Path) ->
 
 
 @pytest.mark.slow
+@pytest.mark.benchmark_run
 def test_quick_study_runs_through_launched_clusters_and_writes_its_page(tmp_path: pathlib.Path) -> None:
     run = subprocess.run(
         [sys.executable, str(BENCHMARKS / "science.py"), "--quick", "--out", str(tmp_path)],
