@@ -56,13 +56,15 @@ def test_each_example_is_read_once_per_pass_across_a_regrouping(tmp_path) -> Non
 @pytest.mark.parametrize("source, epochs", [("py_dataset", 3), ("generator", 1)])
 def test_a_py_dataset_and_a_generator_are_read_once_per_pass_across_three_workers(tmp_path, source: str, epochs: int) -> None:
     # The PyDataset's epochs are its passes; the generator yields three passes and ends.
-    # As the chief stops, the last pass may have batches handed out that nobody read.
+    # As the chief stops, the last pass may have batches handed out that nobody read, and a
+    # worker whose first step came a pass late counts its epochs from there: it may read
+    # into a fourth pass until the chief's stop reaches it.
     workers = _launch(tmp_path, "--input", source, "--epochs", str(epochs))
     assert next(w for w in workers if "epochs" in w)["epochs"] == epochs
     by_pass, batches_read = _passes(workers)
     assert sum(len(w["read"]) > 0 for w in workers) == 3, "every worker trained"
-    for number in range(2):
-        counts = by_pass[number]
+    for number, counts in by_pass.items():
         assert set(counts.values()) == {1}, f"pass {number}: read twice: {[i for i, c in counts.items() if c > 1][:10]}"
-        assert sorted(counts) == list(range(EXAMPLES)), f"pass {number}: examples missing"
-    assert max(batches_read) < 3 * BATCHES_PER_PASS
+        if number < 2:
+            assert sorted(counts) == list(range(EXAMPLES)), f"pass {number}: examples missing"
+    assert max(batches_read) < 4 * BATCHES_PER_PASS
