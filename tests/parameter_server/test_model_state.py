@@ -5,6 +5,7 @@ import pytest
 
 from omnikeras.parameter_server.errors import NonFinite
 from omnikeras.parameter_server.model_state import ModelState
+from omnikeras.parameter_server.optimizers import Step
 from omnikeras.parameter_server.update_rule import Hyperparameters
 
 LARGEST = np.finfo(np.float32).max
@@ -63,7 +64,6 @@ def test_weight_decay_and_nesterov_momentum_are_bounded_too() -> None:
     assert model.version == 1
 
 
-
 def test_an_adam_update_that_overflows_its_second_moment_is_refused_and_changes_nothing() -> None:
     model = _model({"w": np.ones(3, np.float32)}, learning_rate=0.1, momentum=0.9, optimizer="Adam")
     model.apply({"w": np.ones(3, np.float32)})
@@ -94,3 +94,31 @@ def test_another_optimizer_starts_from_fresh_state_and_a_new_learning_rate_keeps
     assert set(model.slots["w"]) == {"momentum", "velocity"}
     # Adam's first moment after its first update: (1 - beta_1) times the gradient.
     np.testing.assert_allclose(model.slots["w"]["momentum"], np.full(3, 0.1), rtol=1e-6)
+
+
+def test_adam_updates_in_place_while_its_bounds_allow_and_matches_its_update_on_copies() -> None:
+    rng = np.random.default_rng(0)
+    start = rng.normal(size=(5, 3)).astype(np.float32)
+    gradients = [rng.normal(size=(5, 3)).astype(np.float32) for _ in range(20)]
+    model = _model({"w": start.copy()}, learning_rate=0.01, momentum=0.9, optimizer="Adam", settings={"amsgrad": 1.0})
+    weight = model.weights["w"]
+    for gradient in gradients:
+        model.apply({"w": gradient.copy()})
+    # No copy a step: the arrays the server started with hold the result.
+    assert model.weights["w"] is weight
+
+    rule = model.hyperparameters.rule
+    expected, slots = start.copy(), rule.slots(start, Step(0.01, 0.9, 0))
+    for iteration, gradient in enumerate(gradients):
+        expected, slots = rule.update(expected, gradient.copy(), slots, Step(0.01, 0.9, iteration))
+    np.testing.assert_allclose(model.weights["w"], expected, rtol=1e-6, atol=1e-7)
+    for slot, array in slots.items():
+        np.testing.assert_allclose(model.slots["w"][slot], array, rtol=1e-6, atol=1e-9)
+
+
+def test_adam_without_epsilon_is_checked_and_its_zero_over_zero_refused() -> None:
+    model = _model({"w": np.ones(3, np.float32)}, learning_rate=0.1, momentum=0.9, optimizer="Adam", settings={"epsilon": 0.0})
+    with pytest.raises(NonFinite, match="'w'"):
+        model.apply({"w": np.array([1, 0, 1], np.float32)})
+    np.testing.assert_array_equal(model.weights["w"], np.ones(3, np.float32))
+    assert model.iterations == 0
