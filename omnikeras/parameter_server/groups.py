@@ -216,8 +216,9 @@ class GroupCoordinator:
         with self._cond:
             if self.model.initialized:
                 return False
-            self.model.initialize(weights)
+            # The rule first: the weights are checked against it.
             self.model.hyperparameters = hyperparameters
+            self.model.initialize(weights)
             self._cond.notify_all()
             return True
 

@@ -55,10 +55,14 @@ class ModelState:
 
     @hyperparameters.setter
     def hyperparameters(self, rule: Hyperparameters) -> None:
-        """A new rule; another optimizer, or other settings of it, start from fresh state,
-        as a newly compiled Keras optimizer does (the state is each optimizer's own)."""
+        """A new rule; another optimizer, or other settings of it (or another choice of
+        Muon's AdamW variables), start from fresh state, as a newly compiled Keras
+        optimizer does (the state is each optimizer's own)."""
+        rule.check_shapes({name: spec.shape for name, spec in self.specs.items()})
         before = self._hyperparameters
-        if (rule.optimizer, rule.settings) != (before.optimizer, before.settings):
+        if (rule.optimizer, rule.settings, rule.adamw_variables) != (
+            before.optimizer, before.settings, before.adamw_variables
+        ):
             self.slots = {}
             self._bounds = {}
         self._hyperparameters = rule
@@ -81,6 +85,9 @@ class ModelState:
         version: int = 0,
         slots: OptimizerState | None = None,
     ) -> None:
+        """Raises `InvalidArgument`, with nothing changed, where the rule cannot update
+        variables of these shapes (see `Hyperparameters.check_shapes`)."""
+        self._hyperparameters.check_shapes({name: tuple(w.shape) for name, w in weights.items()})
         self.weights = {name: tensors.little_endian(w) for name, w in weights.items()}
         self.specs = {name: tensors.VariableSpec.of(name, w) for name, w in self.weights.items()}
         self.slots = {name: dict(state) for name, state in (slots or {}).items()}
@@ -173,12 +180,14 @@ class ModelState:
         if name in rule.statistics:
             weight += gradient
             return
-        if rule.decays(name):
-            apply_weight_decay(weight, step.learning_rate * rule.weight_decay)
+        weight_decay = rule.weight_decay_of(name)
+        if weight_decay:
+            apply_weight_decay(weight, step.learning_rate * weight_decay)
+        optimizer = rule.optimizer_of(name)
         slots = self.slots.get(name)
         if slots is None:
-            slots = self.slots[name] = rule.rule.slots(weight, step)
-        rule.rule.update_in_place(weight, gradient, slots, step)
+            slots = self.slots[name] = optimizer.slots(weight, step)
+        optimizer.update_in_place(weight, gradient, slots, step)
 
     def _updated(self, name: str, gradient: np.ndarray, step: Step) -> tuple[np.ndarray, Slots]:
         """The weight and optimizer state of `name` after the update, as new arrays (the
@@ -190,10 +199,12 @@ class ModelState:
             if name in rule.statistics:
                 weight, slots = weight + gradient, self.slots.get(name, {})
             else:
-                slots = self.slots.get(name) or rule.rule.slots(weight, step)
-                if rule.decays(name):
-                    weight = decayed(weight, step.learning_rate * rule.weight_decay)
-                weight, slots = rule.rule.update(weight, gradient, slots, step)
+                optimizer = rule.optimizer_of(name)
+                slots = self.slots.get(name) or optimizer.slots(weight, step)
+                weight_decay = rule.weight_decay_of(name)
+                if weight_decay:
+                    weight = decayed(weight, step.learning_rate * weight_decay)
+                weight, slots = optimizer.update(weight, gradient, slots, step)
         for array in (weight, *slots.values()):
             if not math.isfinite(tensors.abs_sum(array)):
                 raise NonFinite("update of", name)
@@ -209,9 +220,9 @@ class ModelState:
         rule = self.hyperparameters
         if name in rule.statistics:
             return dataclasses.replace(before, weight=before.weight + change)
-        if rule.decays(name):
-            before = dataclasses.replace(before, weight=before.weight * abs(1 - step.learning_rate * rule.weight_decay))
-        return rule.rule.bounds_after(before, change, step, weight.dtype)
+        decay = abs(1 - step.learning_rate * rule.weight_decay_of(name))
+        before = dataclasses.replace(before, weight=before.weight * decay)
+        return rule.optimizer_of(name).bounds_after(before, change, step, weight.dtype)
 
     def weight_chunks(self) -> "_EncodedWeights":
         """The current weights as serialized `PullReply` chunk messages, encoded once per

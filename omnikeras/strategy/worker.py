@@ -193,7 +193,7 @@ class ClusterWorker:
             raise ValueError(f"gradients for variables the cluster does not hold: {sorted(unknown)}")
         trainable = set(self.names) - self.hyperparameters.statistics
         without = trainable - set(names) - self.hyperparameters.no_weight_decay
-        if without and self.hyperparameters.weight_decay:
+        if any(self.hyperparameters.weight_decay_of(name) for name in without):
             self.change_update_rule(no_weight_decay=self.hyperparameters.no_weight_decay | without)
 
     def rule_in_force(self) -> dict[str, float]:

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from omnikeras.parameter_server.errors import NonFinite
+from omnikeras.parameter_server.errors import InvalidArgument, NonFinite
 from omnikeras.parameter_server.model_state import ModelState
 from omnikeras.parameter_server.optimizers import Step
 from omnikeras.parameter_server.update_rule import Hyperparameters
@@ -122,3 +122,34 @@ def test_adam_without_epsilon_is_checked_and_its_zero_over_zero_refused() -> Non
         model.apply({"w": np.array([1, 0, 1], np.float32)})
     np.testing.assert_array_equal(model.weights["w"], np.ones(3, np.float32))
     assert model.iterations == 0
+
+
+def test_muon_updates_its_adamw_variables_by_adamw_and_refuses_an_overflow_alike() -> None:
+    model = ModelState(Hyperparameters(0.01, momentum=0.95, optimizer="Muon", adamw_variables=frozenset({"b"})))
+    model.initialize({"k": np.ones((3, 2), np.float32), "b": np.ones(2, np.float32)})
+    model.apply({"k": np.ones((3, 2), np.float32), "b": np.ones(2, np.float32)})
+    # Keras' slots: a momentum for each variable, a velocity for AdamW's only.
+    assert set(model.slots["k"]) == {"momentum"} and set(model.slots["b"]) == {"momentum", "velocity"}
+    before = {name: w.copy() for name, w in model.weights.items()}
+
+    # Finite, but the AdamW velocity's square is not.
+    with pytest.raises(NonFinite, match="'b'"):
+        model.apply({"k": np.ones((3, 2), np.float32), "b": np.array([1e30, 0], np.float32)})
+
+    assert model.iterations == 1
+    for name, weight in model.weights.items():
+        np.testing.assert_array_equal(weight, before[name])
+    # Another choice of AdamW variables starts from fresh state, as another optimizer does.
+    model.hyperparameters = Hyperparameters(0.01, momentum=0.95, optimizer="Muon", adamw_variables=frozenset("kb"))
+    assert model.slots == {}
+
+
+def test_muon_refuses_a_variable_it_cannot_orthogonalize_outside_its_adamw_variables() -> None:
+    model = ModelState(Hyperparameters(0.01, momentum=0.95, optimizer="Muon"))
+    with pytest.raises(InvalidArgument, match="orthogonalizes matrices only: b must be among its adamw_variables"):
+        model.initialize({"k": np.ones((3, 2), np.float32), "b": np.ones(2, np.float32)})
+    assert not model.initialized
+    model = _model({"k": np.ones((3, 2), np.float32), "b": np.ones(2, np.float32)})
+    with pytest.raises(InvalidArgument, match="b must be among"):
+        model.hyperparameters = Hyperparameters(0.01, momentum=0.95, optimizer="Muon")
+    assert model.hyperparameters.optimizer == "SGD"

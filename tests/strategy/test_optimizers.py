@@ -34,7 +34,7 @@ def _trained(
                 keras.Input((4,)),
                 keras.layers.Dense(8, activation="relu"),
                 keras.layers.BatchNormalization(),
-                keras.layers.Dense(3, activation="softmax"),
+                keras.layers.Dense(3, activation="softmax", name="output"),
             ]
         )
         model.compile(optimizer=optimizer(), loss="sparse_categorical_crossentropy")
@@ -69,17 +69,10 @@ def test_an_optimizer_given_by_name_or_under_loss_scaling_trains_as_in_plain_ker
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize(
-    "optimizer, message",
-    [
-        (lambda: keras.optimizers.Muon(), "does not apply Muon yet"),
-        (lambda: type("MyAdam", (keras.optimizers.Adam,), {})(), "MyAdam is not one of them"),
-    ],
-)
-def test_an_optimizer_the_server_cannot_apply_is_refused_with_what_to_do(server, optimizer, message: str) -> None:
+def test_an_optimizer_the_server_cannot_apply_is_refused_with_what_to_do(server) -> None:
     strategy = omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,)))
     with strategy.scope():
         model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="softmax")])
-        model.compile(optimizer=optimizer(), loss="sparse_categorical_crossentropy")
-    with pytest.raises(TypeError, match=message):
+        model.compile(optimizer=type("MyAdam", (keras.optimizers.Adam,), {})(), loss="sparse_categorical_crossentropy")
+    with pytest.raises(TypeError, match="MyAdam is not one of them"):
         model.fit(*_data(), batch_size=BATCH, epochs=1, verbose=0)
