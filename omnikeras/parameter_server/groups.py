@@ -117,6 +117,11 @@ class GroupCoordinator:
         # every restore of one (each of the tuner's trials) starts from the same caps. Kept
         # in memory only: a restarted server's compensation starts afresh anyway.
         self._snapshot_guards: dict[str, Guards] = {}
+        # The iteration count at each snapshot, put back with the optimizer's state: Adam's
+        # bias corrections read it, and a fresh state under a later count takes steps up to
+        # 1 / sqrt(1 - beta_2) times the rate. In memory only: a snapshot restored after a
+        # restart from a checkpoint keeps the server's count.
+        self._snapshot_iterations: dict[str, int] = {}
         # Sampling every update costs the update path tens of microseconds: on request.
         self.measure_momentum = measure_momentum
         # Made at the first update after a change of layout, momentum or weights.
@@ -530,6 +535,7 @@ class GroupCoordinator:
                 )
             self._snapshots[name] = self.model.snapshot()
             self._snapshot_guards[name] = self._compensation.guards()
+            self._snapshot_iterations[name] = self.model.iterations
             return self.model.version
 
     def delete_snapshot(self, name: str) -> int:
@@ -537,6 +543,7 @@ class GroupCoordinator:
             if self._snapshots.pop(name, None) is None:
                 raise NotFound(f"no snapshot named {shown(name)}; saved: {sorted(self._snapshots)}")
             self._snapshot_guards.pop(name, None)
+            self._snapshot_iterations.pop(name, None)
             return self.model.version
 
     def restore_snapshot(self, name: str) -> int:
@@ -554,6 +561,7 @@ class GroupCoordinator:
                 self.model.version + 1,
                 {n: {slot: a.copy() for slot, a in state.items()} for n, state in slots.items()},
             )
+            self.model.iterations = self._snapshot_iterations.get(name, self.model.iterations)
             self._restored_at = self.model.version
             self._meter = None
             self._compensation.weights_replaced(self._snapshot_guards.get(name))
@@ -647,6 +655,7 @@ class GroupCoordinator:
             self._batch_of_group.clear()
             self._snapshots = dict(state.snapshots)
             self._snapshot_guards.clear()
+            self._snapshot_iterations.clear()
             self._cond.notify_all()
 
 

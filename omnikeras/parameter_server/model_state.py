@@ -41,8 +41,8 @@ class ModelState:
         self.slots: OptimizerState = {}
         self.specs: dict[str, tensors.VariableSpec] = {}
         self.version = 0
-        # Updates applied, as Keras' `optimizer.iterations` counts them: schedules read it.
-        # Unlike the version, a restored snapshot does not change it.
+        # Updates applied, as Keras' `optimizer.iterations` counts them: schedules and bias
+        # corrections read it. Unlike the version, a restored snapshot puts it back.
         self.iterations = 0
         self.apply_seconds_total = 0.0
         self._pull_cache: _EncodedWeights | None = None

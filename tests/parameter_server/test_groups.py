@@ -166,6 +166,23 @@ def test_snapshots_restore_weights_and_momentum_between_steps() -> None:
         coordinator.restore_snapshot("missing")
 
 
+def test_a_snapshot_puts_back_the_iteration_count_that_adams_bias_corrections_read() -> None:
+    rule = Hyperparameters(0.1, momentum=0.9, optimizer="Adam")
+    coordinator = GroupCoordinator(ModelState(rule))
+    coordinator.initialize({"w": np.zeros(3, np.float32)}, rule)
+    worker = coordinator.register()[0]
+    coordinator.save_snapshot("start")
+    coordinator.push(worker, 1, 0, 1, {"w": np.ones(3, np.float32)})
+    first = _weights(coordinator)
+    coordinator.push(worker, 2, 1, 1, {"w": np.ones(3, np.float32)})
+    coordinator.restore_snapshot("start")
+    assert coordinator.model.iterations == 0
+    # A fresh Adam's first step again: the rate, not 1 / sqrt(1 - beta_2) times it.
+    coordinator.push(worker, 3, 3, 1, {"w": np.ones(3, np.float32)})
+    np.testing.assert_allclose(_weights(coordinator), first)
+    np.testing.assert_allclose(first, -0.1, rtol=1e-5)
+
+
 def test_the_layout_version_changes_with_groups_and_members() -> None:
     coordinator = _coordinator(num_groups=2)
     first = coordinator.register()[0]
