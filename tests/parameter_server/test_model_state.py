@@ -94,3 +94,15 @@ def test_another_optimizer_starts_from_fresh_state_and_a_new_learning_rate_keeps
     assert set(model.slots["w"]) == {"momentum", "velocity"}
     # Adam's first moment after its first update: (1 - beta_1) times the gradient.
     np.testing.assert_allclose(model.slots["w"]["momentum"], np.full(3, 0.1), rtol=1e-6)
+
+
+def test_a_restarted_optimizer_starts_without_state_from_iteration_zero() -> None:
+    model = _model({"w": np.ones(3, np.float32)}, learning_rate=0.1, momentum=0.9)
+    model.apply({"w": np.ones(3, np.float32)})
+    model.apply({"w": np.ones(3, np.float32)})
+    # The same optimizer, newly compiled: Keras' new one has neither momentum nor iterations.
+    model.restart_optimizer()
+    assert (model.slots, model.iterations, model.version) == ({}, 0, 2)
+    before = model.weights["w"].copy()
+    model.apply({"w": np.ones(3, np.float32)})
+    np.testing.assert_allclose(model.weights["w"], before - 0.1, rtol=1e-6)
