@@ -61,6 +61,8 @@ class _Contribution:
     magnitudes: Mapping[str, float]
     # The training loss of its examples, when the worker knows it.
     loss: float | None = None
+    # Its loss scale overflowed: the group step updates no weight (see `push`).
+    skip_update: bool = False
 
 
 @dataclass
@@ -247,11 +249,15 @@ class GroupCoordinator:
             finally:
                 self._waiting_for_model -= 1
 
-    def set_hyperparameters(self, hyperparameters: Hyperparameters) -> None:
+    def set_hyperparameters(self, hyperparameters: Hyperparameters, fresh_optimizer: bool = False) -> None:
+        """A new rule; with `fresh_optimizer`, its optimizer starts afresh (see
+        `ModelState.restart_optimizer`)."""
         with self._cond:
-            if hyperparameters.momentum != self.model.hyperparameters.momentum:
+            if fresh_optimizer or hyperparameters.momentum != self.model.hyperparameters.momentum:
                 self._meter = None
             self.model.hyperparameters = hyperparameters
+            if fresh_optimizer:
+                self.model.restart_optimizer()
 
     def hyperparameters(self) -> Hyperparameters:
         with self._cond:
@@ -300,6 +306,7 @@ class GroupCoordinator:
         known_layout: int = 0,
         magnitudes: Mapping[str, float] | None = None,
         loss: float | None = None,
+        skip_update: bool = False,
     ) -> PushResult:
         """Adds one member's gradient to its group step and waits until that step is applied.
 
@@ -312,6 +319,11 @@ class GroupCoordinator:
         pass over the gradients (see `ModelState.apply`); they are measured here when not
         given. They and `loss`, the training loss of the gradient's examples, guard the
         step of compensated asynchrony.
+
+        With `skip_update` (the member's loss scale overflowed), the group step updates no
+        weight, as Keras skips a step when any replica's gradients overflow: only the
+        statistics take the members' changes, which their forward passes made anyway.
+        The step completes as any other, and its members read the next batch.
         """
         if example_count <= 0:
             raise InvalidArgument(f"example_count must be positive, got {example_count}")
@@ -335,7 +347,7 @@ class GroupCoordinator:
             group = worker.group
             if magnitudes is None:
                 magnitudes = {name: tensors.abs_sum(gradient) for name, gradient in gradients.items()}
-            contribution = _Contribution(gradients, example_count, computed_at, magnitudes, loss)
+            contribution = _Contribution(gradients, example_count, computed_at, magnitudes, loss, skip_update)
             worker.last_step = step
             if batch is not None and batch != self._batch(group)[0]:
                 try:
@@ -430,8 +442,10 @@ class GroupCoordinator:
 
     def _apply(self, group: int, contributions: list[_Contribution]) -> PushResult:
         ages = [self.model.version - c.computed_at for c in contributions]
-        rule = self._rule_in_force()
         kept = [self._kept(age) for age in ages]
+        if any(c.skip_update for c in contributions):
+            return self._skip(group, contributions, kept)
+        rule = self._rule_in_force()
         magnitudes = _weighted_magnitudes(contributions, kept)
         if self.model.hyperparameters.compensate_asynchrony:
             share = self._compensation.share(sum(magnitudes.values()))
@@ -448,6 +462,16 @@ class GroupCoordinator:
         self._updates[group] += 1
         self._staleness[group][max(ages)] += 1
         return PushResult(self.model.version, group, len(contributions))
+
+    def _skip(self, group: int, contributions: list[_Contribution], kept: list[float]) -> PushResult:
+        """A group step that a member skipped: the statistics take the members' changes,
+        the other weights stay, and neither the iterations nor compensation's measures
+        count it (as Keras counts no skipped step)."""
+        statistics = self.model.hyperparameters.statistics
+        for contribution in contributions:
+            contribution.gradients = {n: g for n, g in contribution.gradients.items() if n in statistics}
+        self.model.add_statistics(_weighted_mean(contributions, kept))
+        return PushResult(self.model.version, group, len(contributions), update_skipped=True)
 
     def _rule_in_force(self) -> InForce:
         """The learning rate and momentum the next update applies."""

@@ -67,6 +67,13 @@ class ModelState:
             self._bounds = {}
         self._hyperparameters = rule
 
+    def restart_optimizer(self) -> None:
+        """Starts the optimizer afresh, as a newly compiled Keras optimizer: no state, and
+        no iteration (a schedule starts over)."""
+        self.slots = {}
+        self._bounds = {}
+        self.iterations = 0
+
     @property
     def initialized(self) -> bool:
         return bool(self.specs)
@@ -129,6 +136,24 @@ class ModelState:
         self.version += 1
         self.iterations += 1
         self.apply_seconds_total += time.perf_counter() - started
+
+    def add_statistics(self, changes: Mapping[str, np.ndarray]) -> None:
+        """Adds `changes` to the statistics they name, and nothing else: the update of a
+        skipped step (see `GroupCoordinator.push`), which the iterations do not count.
+        Raises `NonFinite`, with nothing changed, when a statistic would hold NaN or Inf."""
+        if not changes:
+            return
+        with np.errstate(over="ignore", invalid="ignore"):
+            updated = {name: self.weights[name] + change for name, change in changes.items()}
+        for name, weight in updated.items():
+            if not math.isfinite(tensors.abs_sum(weight)):
+                raise NonFinite("update of", name)
+        self._finish_pulls()
+        for name, weight in updated.items():
+            self.weights[name] = weight
+            # Measured afresh when SGD's next update needs it.
+            self._bounds.pop(name, None)
+        self.version += 1
 
     def _apply_bounded(
         self, gradients: Mapping[str, np.ndarray], magnitudes: Mapping[str, float] | None, step: Step

@@ -4,8 +4,8 @@ statistics are held by the server too, combined across workers.
 
 What stays on the worker: gradient clipping (`clipnorm`, `clipvalue`, `global_clipnorm`)
 and a `LossScaleOptimizer`'s scaling, which Keras applies to each worker's gradients
-before they are pushed (a group combines clipped, unscaled gradients); the optimizer it
-wraps runs on the server.
+before they are pushed (a group combines clipped, unscaled gradients, and skips its step
+where a member's overflowed: see `keras_hooks`); the optimizer it wraps runs on the server.
 """
 
 from collections.abc import Sequence

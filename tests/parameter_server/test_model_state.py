@@ -153,3 +153,15 @@ def test_muon_refuses_a_variable_it_cannot_orthogonalize_outside_its_adamw_varia
     with pytest.raises(InvalidArgument, match="b must be among"):
         model.hyperparameters = Hyperparameters(0.01, momentum=0.95, optimizer="Muon")
     assert model.hyperparameters.optimizer == "SGD"
+
+
+def test_a_restarted_optimizer_starts_without_state_from_iteration_zero() -> None:
+    model = _model({"w": np.ones(3, np.float32)}, learning_rate=0.1, momentum=0.9)
+    model.apply({"w": np.ones(3, np.float32)})
+    model.apply({"w": np.ones(3, np.float32)})
+    # The same optimizer, newly compiled: Keras' new one has neither momentum nor iterations.
+    model.restart_optimizer()
+    assert (model.slots, model.iterations, model.version) == ({}, 0, 2)
+    before = model.weights["w"].copy()
+    model.apply({"w": np.ones(3, np.float32)})
+    np.testing.assert_allclose(model.weights["w"], before - 0.1, rtol=1e-6)
