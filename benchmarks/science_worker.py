@@ -2,17 +2,18 @@
 
 Launched with one group and compensation off. Each number of groups starts with a short
 unrecorded trial, while the workers settle into the new layout. Every trial starts from the
-same snapshot of the first weights and runs `--updates` updates with its number of groups,
-learning rate and momentum: the explicit momentum with compensation off, the compiled one
-that compensation steers towards with it on (`--compensated-momenta`, at the first learning
-rate and more than one group). The server keeps its weights at `--checkpoints` evenly
-spaced updates; the chief scores them by their loss on a fixed batch of training data: the
-last for the loss after the trial, and (by bisection, as the loss falls) the first at or
-below `--target-loss` for the updates to it. It prints one `TRIAL {json}` line for each
-trial: the loss, the updates to the target (null if not reached), the updates, the total
-momentum the parameter server measured from the trial's updates, the mean staleness it
-recorded and each group's updates. A trial whose loss stops being finite, or that runs
-past `--trial-seconds`, is recorded as diverged.
+same snapshot of the first weights (and a fresh state of the optimizer, `--optimizer`: SGD,
+or Adam, whose momentum-like setting is `beta_1`) and runs `--updates` updates with its
+number of groups, learning rate and momentum: the explicit momentum with compensation off,
+the compiled one that compensation steers towards with it on (`--compensated-momenta`, at
+the first learning rate and more than one group). The server keeps its weights at
+`--checkpoints` evenly spaced updates; the chief scores them by their loss on a fixed batch
+of training data: the last for the loss after the trial, and (by bisection, as the loss
+falls) the first at or below `--target-loss` for the updates to it. It prints one `TRIAL
+{json}` line for each trial: the loss, the updates to the target (null if not reached), the
+updates, the total momentum the parameter server measured from the trial's updates, the
+mean staleness it recorded and each group's updates. A trial whose loss stops being
+finite, or that runs past `--trial-seconds`, is recorded as diverged.
 """
 
 import argparse
@@ -34,6 +35,7 @@ WATCH_PERIOD = 0.02
 parser = argparse.ArgumentParser()
 parser.add_argument("--dataset", choices=["fashion_mnist", "digits"], required=True)
 parser.add_argument("--seed", type=int, required=True, help="seed of the first weights")
+parser.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd", help="the rule; momenta set Adam's beta_1")
 parser.add_argument("--groups", required=True, help="comma-separated numbers of groups")
 parser.add_argument("--momenta", required=True, help="comma-separated explicit momenta")
 parser.add_argument("--updates", type=int, required=True, help="updates per trial")
@@ -211,7 +213,10 @@ x_train, y_train = x_train[:whole], y_train[:whole]
 strategy = omnikeras.GroupedAsyncStrategy()
 with strategy.scope():
     model = build_model(args.dataset)
-    model.compile(optimizer=keras.optimizers.SGD(), loss="sparse_categorical_crossentropy")
+    # Each trial sets the learning rate and the momentum-like setting; Adam's others stay
+    # Keras' defaults.
+    optimizer = keras.optimizers.Adam() if args.optimizer == "adam" else keras.optimizers.SGD()
+    model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy")
 rates, momenta = [float(r) for r in args.learning_rates.split(",")], [float(m) for m in args.momenta.split(",")]
 compensated_momenta = [float(m) for m in args.compensated_momenta.split(",") if m]
 plan = []

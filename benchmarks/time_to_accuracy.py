@@ -3,7 +3,8 @@ users would run instead, on this host and on an emulated cluster.
 
 Each run is the main job's CNN (`examples/fashion_mnist.py`) on Fashion-MNIST, batch 64,
 5 planned epochs; the time is from the start of `fit` until the chief's check of the
-accuracy on the first 2,000 test images (every 5 s) first finds 88%. A run that does not
+accuracy on the first 2,000 test images (every 2 s on this host, every 5 s on the
+emulated cluster) first finds 88%. A run that does not
 reach it within the limit counts as the limit (the ratio is then a bound, and the output
 says so). On this host, one after the other:
 
@@ -158,11 +159,12 @@ def main() -> int:
         pathlib.Path(spec_arg).write_text(json.dumps(QUICK_SPEC))
         emulated: tuple[str, ...] = ()
     else:
-        common = ["--dataset", "fashion_mnist", "--target-accuracy", "0.88", "--max-seconds", "600", "--check-every", "5"]
+        common = ["--dataset", "fashion_mnist", "--target-accuracy", "0.88", "--max-seconds", "600", "--check-every", "2"]
         target_loss, spec_arg = "0.3", args.spec
         # Every emulated run plans more epochs, and gets more time, than any of them needs,
         # as users plan training: the baselines must reach the target for a ratio to count.
-        emulated = ("--epochs", "20", "--max-seconds", str(EMULATED_MAX_SECONDS))
+        # Their times run to minutes: a check every 5 s costs them less and tells as much.
+        emulated = ("--epochs", "20", "--max-seconds", str(EMULATED_MAX_SECONDS), "--check-every", "5")
     hosts = len(ClusterSpec.load(spec_arg).hosts)
 
     def launch(

@@ -1,5 +1,8 @@
 """One Keras optimizer of each kind the server applies, with a learning-rate schedule and,
-where it has one, weight decay: the cases the parity tests run."""
+where it has one, weight decay: the cases the parity tests run.
+
+Their models have a layer named "output": Muon's `exclude_layers` case leaves it to AdamW,
+as Keras advises for the output layer."""
 
 from collections.abc import Callable
 
@@ -33,4 +36,11 @@ KERAS_OPTIMIZERS: dict[str, Callable[[], keras.optimizers.Optimizer]] = {
     ),
     "ScheduleFreeAdamW": lambda: keras.optimizers.ScheduleFreeAdamW(_decay(), warmup_steps=20, weight_decay=0.01),
     "Lion": lambda: keras.optimizers.Lion(_cosine_with_warmup(), beta_1=0.8, weight_decay=0.01),
+    # Matrices take Muon's update; biases, batch normalization's scales (and the excluded
+    # layer's kernel) take AdamW's, each with its own weight decay.
+    "Muon": lambda: keras.optimizers.Muon(_decay(), weight_decay=0.01, adam_weight_decay=0.02, adam_lr_ratio=0.5),
+    "Muon exclude_layers": lambda: keras.optimizers.Muon(
+        _cosine_with_warmup(), exclude_layers=["output"], momentum=0.9, nesterov=False, rms_rate=None,
+        adam_beta_1=0.8, adam_beta_2=0.99, epsilon=1e-6, ns_steps=3, adam_weight_decay=0.03,
+    ),
 }

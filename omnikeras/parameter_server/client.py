@@ -205,8 +205,13 @@ class ParameterServerClient:
         example_count: int,
         batch: int | None = None,
         loss: float | None = None,
+        skip_update: bool = False,
     ) -> tuple[PushResult, PullResult]:
         """`push`, then the weights its group step produced, in one round trip.
+
+        With `skip_update` (the worker's loss scale overflowed), the group step updates
+        none of the trainable variables, whose gradients the server does not read (zeros
+        will do), and `PushResult.update_skipped` says so; see `GroupCoordinator.push`.
 
         Through shared memory the weights are read-only views of the segment, which the
         next `push_pull` overwrites: copy what you keep.
@@ -220,7 +225,7 @@ class ParameterServerClient:
         def send(index: int, shard: ShardConnection) -> tuple[PushResult, int, dict[str, np.ndarray]]:
             channel = channels[index]
             if channel is not None:
-                header = self._push_header(index, step, example_count, batch, loss)
+                header = self._push_header(index, step, example_count, batch, loss, skip_update)
                 mine = self._shard_part(index, gradients)
                 try:
                     push, version, weights = channel.push_pull(mine, header)
@@ -228,7 +233,7 @@ class ParameterServerClient:
                 except OSError:
                     # The shard went away (a restart, say): gRPC retries until it is back.
                     broken.append(shard.address)
-            requests = self._push_requests(index, gradients, step, example_count, batch, loss)
+            requests = self._push_requests(index, gradients, step, example_count, batch, loss, skip_update)
 
             def attempt() -> tuple[PushResult, int, dict[str, np.ndarray]]:
                 header, version, weights = _read_weights(
@@ -290,8 +295,12 @@ class ParameterServerClient:
 
     # Control ------------------------------------------------------------------------------
 
-    def set_hyperparameters(self, hyperparameters: Hyperparameters) -> None:
-        request = pb.SetHyperparametersRequest(hyperparameters=hyperparameters.to_proto())
+    def set_hyperparameters(self, hyperparameters: Hyperparameters, fresh_optimizer: bool = False) -> None:
+        """Sets the update rule; with `fresh_optimizer`, its optimizer starts afresh, as a
+        newly compiled Keras optimizer does (no state, iteration 0)."""
+        request = pb.SetHyperparametersRequest(
+            hyperparameters=hyperparameters.to_proto(), fresh_optimizer=fresh_optimizer
+        )
         self._each(lambda i, s: s.call(lambda: s.stub.SetHyperparameters(request, timeout=30, metadata=s.metadata)))
 
     def set_groups(self, num_groups: int = 0, assignment: Mapping[int, int] | None = None) -> dict[int, int]:
@@ -366,8 +375,9 @@ class ParameterServerClient:
         example_count: int,
         batch: int | None,
         loss: float | None = None,
+        skip_update: bool = False,
     ) -> Callable[[], Iterator[pb.PushRequest | bytes]]:
-        header = self._push_header(index, step, example_count, batch, loss)
+        header = self._push_header(index, step, example_count, batch, loss, skip_update)
         mine = self._shard_part(index, gradients)
 
         def requests() -> Iterator[pb.PushRequest | bytes]:
@@ -377,7 +387,13 @@ class ParameterServerClient:
         return requests
 
     def _push_header(
-        self, index: int, step: int, example_count: int, batch: int | None, loss: float | None = None
+        self,
+        index: int,
+        step: int,
+        example_count: int,
+        batch: int | None,
+        loss: float | None = None,
+        skip_update: bool = False,
     ) -> pb.PushHeader:
         header = pb.PushHeader(
             worker_id=self._worker_id(),
@@ -385,6 +401,7 @@ class ParameterServerClient:
             model_version=self._versions[index],
             example_count=example_count,
             known_layout_version=self._layouts[index],
+            skip_update=skip_update,
         )
         # The first shard hands out the batches: the others see the groups' steps complete
         # in their own order.

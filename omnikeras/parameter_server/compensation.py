@@ -39,7 +39,10 @@ Optimizers other than SGD (see `optimizers.base.MomentumForm`):
 - The `beta_1` of Adam's family (Lamb's too) and Lion's is a moving average of the
   gradients ("average"), whose effective step is the learning rate itself: the explicit `beta_1` in
   force is what the implicit momentum leaves of the compiled one, down to 0 (a negative
-  average has no meaning), and the learning rate in force is the capped step.
+  average has no meaning), and the learning rate in force is the capped step. Muon's
+  `momentum` is compensated alike: its orthogonalized update's size is the learning rate's
+  whatever the momentum (the `adam_beta_1` of the variables it leaves to AdamW stays as
+  compiled).
 - Adagrad, Adadelta, Adafactor, Ftrl and ScheduleFreeAdamW have no momentum-like setting
   the theory speaks of ("none"): only the step is capped.
 What the theory does not cover: it is derived for SGD, where an update is the gradient

@@ -61,6 +61,8 @@ class _Contribution:
     magnitudes: Mapping[str, float]
     # The training loss of its examples, when the worker knows it.
     loss: float | None = None
+    # Its loss scale overflowed: the group step updates no weight (see `push`).
+    skip_update: bool = False
 
 
 @dataclass
@@ -117,6 +119,11 @@ class GroupCoordinator:
         # every restore of one (each of the tuner's trials) starts from the same caps. Kept
         # in memory only: a restarted server's compensation starts afresh anyway.
         self._snapshot_guards: dict[str, Guards] = {}
+        # The iteration count at each snapshot, put back with the optimizer's state: Adam's
+        # bias corrections read it, and a fresh state under a later count takes steps up to
+        # 1 / sqrt(1 - beta_2) times the rate. In memory only: a snapshot restored after a
+        # restart from a checkpoint keeps the server's count.
+        self._snapshot_iterations: dict[str, int] = {}
         # Sampling every update costs the update path tens of microseconds: on request.
         self.measure_momentum = measure_momentum
         # Made at the first update after a change of layout, momentum or weights.
@@ -216,8 +223,9 @@ class GroupCoordinator:
         with self._cond:
             if self.model.initialized:
                 return False
-            self.model.initialize(weights)
+            # The rule first: the weights are checked against it.
             self.model.hyperparameters = hyperparameters
+            self.model.initialize(weights)
             self._cond.notify_all()
             return True
 
@@ -241,11 +249,15 @@ class GroupCoordinator:
             finally:
                 self._waiting_for_model -= 1
 
-    def set_hyperparameters(self, hyperparameters: Hyperparameters) -> None:
+    def set_hyperparameters(self, hyperparameters: Hyperparameters, fresh_optimizer: bool = False) -> None:
+        """A new rule; with `fresh_optimizer`, its optimizer starts afresh (see
+        `ModelState.restart_optimizer`)."""
         with self._cond:
-            if hyperparameters.momentum != self.model.hyperparameters.momentum:
+            if fresh_optimizer or hyperparameters.momentum != self.model.hyperparameters.momentum:
                 self._meter = None
             self.model.hyperparameters = hyperparameters
+            if fresh_optimizer:
+                self.model.restart_optimizer()
 
     def hyperparameters(self) -> Hyperparameters:
         with self._cond:
@@ -294,6 +306,7 @@ class GroupCoordinator:
         known_layout: int = 0,
         magnitudes: Mapping[str, float] | None = None,
         loss: float | None = None,
+        skip_update: bool = False,
     ) -> PushResult:
         """Adds one member's gradient to its group step and waits until that step is applied.
 
@@ -306,6 +319,11 @@ class GroupCoordinator:
         pass over the gradients (see `ModelState.apply`); they are measured here when not
         given. They and `loss`, the training loss of the gradient's examples, guard the
         step of compensated asynchrony.
+
+        With `skip_update` (the member's loss scale overflowed), the group step updates no
+        weight, as Keras skips a step when any replica's gradients overflow: only the
+        statistics take the members' changes, which their forward passes made anyway.
+        The step completes as any other, and its members read the next batch.
         """
         if example_count <= 0:
             raise InvalidArgument(f"example_count must be positive, got {example_count}")
@@ -329,7 +347,7 @@ class GroupCoordinator:
             group = worker.group
             if magnitudes is None:
                 magnitudes = {name: tensors.abs_sum(gradient) for name, gradient in gradients.items()}
-            contribution = _Contribution(gradients, example_count, computed_at, magnitudes, loss)
+            contribution = _Contribution(gradients, example_count, computed_at, magnitudes, loss, skip_update)
             worker.last_step = step
             if batch is not None and batch != self._batch(group)[0]:
                 try:
@@ -424,8 +442,10 @@ class GroupCoordinator:
 
     def _apply(self, group: int, contributions: list[_Contribution]) -> PushResult:
         ages = [self.model.version - c.computed_at for c in contributions]
-        rule = self._rule_in_force()
         kept = [self._kept(age) for age in ages]
+        if any(c.skip_update for c in contributions):
+            return self._skip(group, contributions, kept)
+        rule = self._rule_in_force()
         magnitudes = _weighted_magnitudes(contributions, kept)
         if self.model.hyperparameters.compensate_asynchrony:
             share = self._compensation.share(sum(magnitudes.values()))
@@ -442,6 +462,16 @@ class GroupCoordinator:
         self._updates[group] += 1
         self._staleness[group][max(ages)] += 1
         return PushResult(self.model.version, group, len(contributions))
+
+    def _skip(self, group: int, contributions: list[_Contribution], kept: list[float]) -> PushResult:
+        """A group step that a member skipped: the statistics take the members' changes,
+        the other weights stay, and neither the iterations nor compensation's measures
+        count it (as Keras counts no skipped step)."""
+        statistics = self.model.hyperparameters.statistics
+        for contribution in contributions:
+            contribution.gradients = {n: g for n, g in contribution.gradients.items() if n in statistics}
+        self.model.add_statistics(_weighted_mean(contributions, kept))
+        return PushResult(self.model.version, group, len(contributions), update_skipped=True)
 
     def _rule_in_force(self) -> InForce:
         """The learning rate and momentum the next update applies."""
@@ -529,6 +559,7 @@ class GroupCoordinator:
                 )
             self._snapshots[name] = self.model.snapshot()
             self._snapshot_guards[name] = self._compensation.guards()
+            self._snapshot_iterations[name] = self.model.iterations
             return self.model.version
 
     def delete_snapshot(self, name: str) -> int:
@@ -536,6 +567,7 @@ class GroupCoordinator:
             if self._snapshots.pop(name, None) is None:
                 raise NotFound(f"no snapshot named {shown(name)}; saved: {sorted(self._snapshots)}")
             self._snapshot_guards.pop(name, None)
+            self._snapshot_iterations.pop(name, None)
             return self.model.version
 
     def restore_snapshot(self, name: str) -> int:
@@ -553,6 +585,7 @@ class GroupCoordinator:
                 self.model.version + 1,
                 {n: {slot: a.copy() for slot, a in state.items()} for n, state in slots.items()},
             )
+            self.model.iterations = self._snapshot_iterations.get(name, self.model.iterations)
             self._restored_at = self.model.version
             self._meter = None
             self._compensation.weights_replaced(self._snapshot_guards.get(name))
@@ -646,6 +679,7 @@ class GroupCoordinator:
             self._batch_of_group.clear()
             self._snapshots = dict(state.snapshots)
             self._snapshot_guards.clear()
+            self._snapshot_iterations.clear()
             self._cond.notify_all()
 
 

@@ -161,8 +161,8 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
     @_status_on_error
     def SetHyperparameters(self, request: pb.SetHyperparametersRequest, context: grpc.ServicerContext) -> pb.SetHyperparametersReply:
         hyperparameters = Hyperparameters.from_proto(request.hyperparameters)
-        self.coordinator.set_hyperparameters(hyperparameters)
-        logger.info("hyperparameters set to %s", hyperparameters)
+        self.coordinator.set_hyperparameters(hyperparameters, fresh_optimizer=request.fresh_optimizer)
+        logger.info("hyperparameters set to %s%s", hyperparameters, ", afresh" if request.fresh_optimizer else "")
         return pb.SetHyperparametersReply(hyperparameters=hyperparameters.to_proto())
 
     @_status_on_error
@@ -229,6 +229,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
             known_layout=header.known_layout_version,
             magnitudes=magnitudes,
             loss=header.loss if header.HasField("loss") else None,
+            skip_update=header.skip_update,
         )
         # Its group step is applied, with the gradient as scratch space, or it was a
         # retry's: the next push may rebuild its gradient here. (Not after an error: a

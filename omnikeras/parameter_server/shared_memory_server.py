@@ -162,6 +162,7 @@ class SharedMemoryServer:
                 known_layout=header.known_layout_version,
                 magnitudes=magnitudes,
                 loss=header.loss if header.HasField("loss") else None,
+                skip_update=header.skip_update,
             )
             version = self.coordinator.copy_weights(weights)
         except ParameterServerError as error:

@@ -9,6 +9,9 @@ with the learning rate of the schedule at the server's iteration count when one 
 A statistic (a variable the model trains itself) takes the change a worker pushed:
 
     weight += change
+
+Muon updates the variables Keras' Muon leaves to AdamW by AdamW's update, with a weight
+decay of their own (see `optimizers.muon`).
 """
 
 import math
@@ -19,6 +22,7 @@ import numpy as np
 
 from omnikeras.parameter_server.errors import InvalidArgument
 from omnikeras.parameter_server.optimizers import Optimizer, optimizer_named
+from omnikeras.parameter_server.optimizers.muon import Muon
 from omnikeras.parameter_server.schedules import LearningRateSchedule
 from omnikeras.v1 import parameter_server_pb2 as pb
 
@@ -30,8 +34,8 @@ class Hyperparameters:
     Args:
         learning_rate: The rate while no schedule is set.
         momentum: The optimizer's momentum-like setting (`Optimizer.momentum_setting`:
-            SGD's and RMSprop's `momentum`, the `beta_1` of Adam's family and Lion's; 0
-            for optimizers without one); asynchrony adds its own.
+            SGD's, RMSprop's and Muon's `momentum`, the `beta_1` of Adam's family and
+            Lion's; 0 for optimizers without one); asynchrony adds its own.
         learning_rate_schedule: A Keras built-in schedule, evaluated at the server's
             iteration count (the updates it has applied); replaces `learning_rate`.
         weight_decay: Keras' decoupled weight decay, scaled by the learning rate.
@@ -46,6 +50,9 @@ class Hyperparameters:
         optimizer: The Keras class name of the optimizer (see `optimizers.OPTIMIZERS`).
         settings: Its other settings (`beta_2`, `epsilon`, `amsgrad`, SGD's `nesterov`,
             ...), booleans as 0 or 1; unset ones take Keras' defaults.
+        adamw_variables: Under Muon, the names of the variables that take its AdamW update
+            rather than its orthogonalized one, as Keras' Muon chooses them by path and
+            shape (see `optimizers.muon`).
     """
 
     learning_rate: float = 0.01
@@ -57,6 +64,7 @@ class Hyperparameters:
     compensate_asynchrony: bool = True
     optimizer: str = "SGD"
     settings: Mapping[str, float] = field(default_factory=dict)
+    adamw_variables: frozenset[str] = frozenset()
     # The optimizer itself, built once per rule: Nadam keeps a running product.
     rule: Optimizer = field(init=False, repr=False, compare=False)
 
@@ -72,6 +80,8 @@ class Hyperparameters:
         rule = optimizer_named(self.optimizer, self.settings)
         if rule.momentum_setting is None and self.momentum != 0:
             raise InvalidArgument(f"{self.optimizer} has no momentum-like setting: momentum must be 0, got {self.momentum}")
+        if self.adamw_variables and not isinstance(rule, Muon):
+            raise InvalidArgument(f"adamw_variables are Muon's choice; {self.optimizer} updates every variable alike")
         object.__setattr__(self, "rule", rule)
 
     def learning_rate_at(self, iteration: int) -> float:
@@ -79,8 +89,33 @@ class Hyperparameters:
             return self.learning_rate
         return self.learning_rate_schedule(iteration)
 
-    def decays(self, name: str) -> bool:
-        return self.weight_decay > 0 and name not in self.no_weight_decay and name not in self.statistics
+    def optimizer_of(self, name: str) -> Optimizer:
+        """The optimizer that updates variable `name`: the rule's, or Muon's AdamW."""
+        if name in self.adamw_variables and isinstance(self.rule, Muon):
+            return self.rule.adamw
+        return self.rule
+
+    def check_shapes(self, shapes: Mapping[str, tuple[int, ...]]) -> None:
+        """Raises `InvalidArgument` where the rule cannot update variables of these shapes:
+        Muon orthogonalizes matrices only, and Keras' Muon leaves every other variable to
+        AdamW (a rule a worker built names them all)."""
+        if not isinstance(self.rule, Muon):
+            return
+        apart = self.adamw_variables | self.statistics
+        others = sorted(name for name, shape in shapes.items() if len(shape) != 2 and name not in apart)
+        if others:
+            raise InvalidArgument(
+                f"Muon orthogonalizes matrices only: {', '.join(others)} must be among its adamw_variables"
+            )
+
+    def weight_decay_of(self, name: str) -> float:
+        """The weight decay of variable `name` (0 for none): Muon's AdamW variables take
+        its `adam_weight_decay`, as Keras' Muon decays them."""
+        if name in self.no_weight_decay or name in self.statistics:
+            return 0.0
+        if name in self.adamw_variables:
+            return self.rule.settings["adam_weight_decay"]
+        return self.weight_decay
 
     @classmethod
     def from_proto(cls, message: pb.Hyperparameters) -> "Hyperparameters":
@@ -100,6 +135,7 @@ class Hyperparameters:
             message.compensate_asynchrony,
             message.optimizer or "SGD",
             settings,
+            frozenset(message.adamw_variables),
         )
 
     def to_proto(self) -> pb.Hyperparameters:
@@ -113,6 +149,7 @@ class Hyperparameters:
             compensate_asynchrony=self.compensate_asynchrony,
             optimizer=self.optimizer,
             settings=dict(self.settings),
+            adamw_variables=sorted(self.adamw_variables),
         )
 
 

@@ -60,6 +60,8 @@ class PushResult:
     next_members: tuple[int, ...] = ()
     # The groups' members, when the layout changed since the one the pusher knew.
     layout: GroupLayout | None = None
+    # The group step updated no weight: a member skipped it (its loss scale overflowed).
+    update_skipped: bool = False
 
     @classmethod
     def from_proto(cls, reply: pb.PushReply) -> "PushResult":
@@ -72,6 +74,7 @@ class PushResult:
             reply.next_batch,
             tuple(reply.next_members),
             GroupLayout.from_proto(reply.layout) if reply.HasField("layout") else None,
+            reply.update_skipped,
         )
 
     def to_proto(self) -> pb.PushReply:
@@ -84,6 +87,7 @@ class PushResult:
             next_batch=self.next_batch,
             next_members=self.next_members,
             layout=self.layout.to_proto() if self.layout is not None else None,
+            update_skipped=self.update_skipped,
         )
 
 

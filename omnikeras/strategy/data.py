@@ -274,10 +274,10 @@ class NextShare:
         # Outside any strategy's scope, whose variables would be mirrored, and on the CPU,
         # where the dataset reads them.
         with tf.device("/cpu:0"):
-            self._batch = _unmirrored_variable(tf.constant(0, tf.int64), tf.TensorShape([]))
+            self._batch = unmirrored_variable(tf.constant(0, tf.int64), tf.TensorShape([]))
             # Shares differ in rows, from worker to worker and after a regrouping.
             self._arrays = [
-                _unmirrored_variable(tf.zeros([0], dtype), tf.TensorShape(None)) for dtype in self.array_dtypes
+                unmirrored_variable(tf.zeros([0], dtype), tf.TensorShape(None)) for dtype in self.array_dtypes
             ]
 
     @property
@@ -330,7 +330,7 @@ class NextShare:
         return dataset.map(read).with_options(options)
 
 
-def _unmirrored_variable(initial: tf.Tensor, shape: tf.TensorShape) -> tf.Variable:
+def unmirrored_variable(initial: tf.Tensor, shape: tf.TensorShape) -> tf.Variable:
     # `tf.Variable` goes through the variable creators of the strategy in scope (a user
     # may call `fit` inside it); a ResourceVariable made directly is a plain one.
     return resource_variable_ops.ResourceVariable(initial, shape=shape, trainable=False)

@@ -1,4 +1,4 @@
-"""The two places where `GroupedAsyncStrategy` enters Keras' training loop.
+"""The places where `GroupedAsyncStrategy` enters Keras' training loop.
 
 1. `TFOptimizer._distributed_tf_update_step` runs once per step, in cross-replica context,
    with the group-reduced gradients: instead of updating locally, the strategy pushes
@@ -12,6 +12,11 @@
    of steps changes with the group layout, so the end of one epoch says nothing of the
    next (Keras would take the first epoch's steps for every later one and warn that the
    data ran out at each epoch's end).
+4. `LossScaleOptimizer._tf_apply`: Keras skips a step whose loss-scaled gradients,
+   combined across the replicas, overflow, and lowers the scale. A group's members are
+   those replicas, but each sees only its own gradients: a member that overflows pushes
+   anyway, flagged, so that its group step goes on and skips the update, and every
+   member sets its scale from what the group step did (see `_apply_loss_scaled`).
 
 All are private to Keras, so the supported Keras range is pinned and checked here, and
 tests fail if a hook stops being called. Models under any other strategy go through
@@ -25,8 +30,10 @@ from typing import Any
 
 import keras
 import tensorflow as tf
+from keras import ops
 from keras.src.backend.tensorflow.optimizer import TFOptimizer
 from keras.src.backend.tensorflow.trainer import TensorFlowTrainer, TFEpochIterator
+from keras.src.optimizers.loss_scale_optimizer import LossScaleOptimizer
 from packaging.version import Version
 
 from omnikeras.strategy.fit import fit_through_server
@@ -48,6 +55,7 @@ _original_update_step = TFOptimizer._distributed_tf_update_step
 _original_apply_weight_decay = TFOptimizer._apply_weight_decay
 _original_fit = TensorFlowTrainer.fit
 _original_catch_stop_iteration = TFEpochIterator.catch_stop_iteration
+_original_loss_scale_apply = LossScaleOptimizer._tf_apply
 
 
 @functools.wraps(_original_update_step)
@@ -84,8 +92,78 @@ def _catch_stop_iteration(self: TFEpochIterator) -> Iterator[None]:
         self.data_adapter.on_epoch_end()
 
 
+@functools.wraps(_original_loss_scale_apply)
+def _loss_scale_apply(self: LossScaleOptimizer, grads: list, trainable_variables: list | None = None) -> None:
+    if not isinstance(self._distribution_strategy, GroupedAsyncStrategy):
+        return _original_loss_scale_apply(self, grads, trainable_variables)
+    tf.distribute.get_replica_context().merge_call(_apply_loss_scaled, args=(self, grads, trainable_variables))
+
+
+def _apply_loss_scaled(
+    distribution: GroupedAsyncStrategy, optimizer: LossScaleOptimizer, grads: list, trainable_variables: list | None
+) -> None:
+    """`LossScaleOptimizer`'s step in cross-replica context, as Keras takes it, except that
+    the group's members, not only this worker's replicas, decide together whether the
+    step is skipped: a step whose gradients overflowed is pushed all the same, flagged
+    (zeros in place of its gradients), and the scale follows the group step's outcome."""
+    variables = trainable_variables or optimizer._trainable_variables
+    # Every local replica's: the gradients combined from them overflow where any does.
+    finite = ops.all(
+        ops.stack(
+            distribution.experimental_local_results(
+                distribution.extended.call_for_each_replica(optimizer.check_finite, args=(grads,))
+            )
+        )
+    )
+
+    def update() -> None:
+        distribution.extended.call_for_each_replica(_apply_unscaled, args=(optimizer, grads, trainable_variables))
+
+    def skip() -> None:
+        distribution.apply_through_server(
+            [(tf.zeros(v.shape, v.dtype), v.value) for g, v in zip(grads, variables) if g is not None],
+            skip_update=True,
+        )
+
+    def uncount() -> None:
+        optimizer.iterations.assign_sub(1)
+
+    def lower_scale() -> None:
+        optimizer._stateful_handle_non_finite_grads()
+        # Keras counts no skipped step: the update of this worker's finite gradients
+        # counted one that its group skipped.
+        ops.cond(finite, uncount, lambda: None)
+
+    # After an update, Keras' `_stateful_handle_finite_grads` doubles the scale every
+    # `dynamic_growth_steps` updates.
+    def upscale() -> None:
+        optimizer.step_counter.assign(0)
+        optimizer.dynamic_scale.assign(optimizer.dynamic_scale * 2.0)
+
+    def increment() -> None:
+        optimizer.step_counter.assign_add(1)
+
+    def raise_scale() -> None:
+        ops.cond(ops.equal(optimizer.step_counter, optimizer.dynamic_growth_steps - 1), upscale, increment)
+
+    ops.cond(finite, update, skip)
+    ops.cond(distribution.update_skipped(), lower_scale, raise_scale)
+
+
+def _apply_unscaled(optimizer: LossScaleOptimizer, grads: list, trainable_variables: list | None) -> None:
+    """The update of `LossScaleOptimizer`'s finite gradients, in a replica's context,
+    without its change of the scale, which waits for the group step's outcome."""
+    tvs = trainable_variables or optimizer._trainable_variables
+    unscaled = [
+        g if g is None or optimizer._overwrite_variable_with_gradient(v) else ops.divide(g, optimizer.dynamic_scale)
+        for g, v in zip(grads, tvs)
+    ]
+    optimizer.inner_optimizer.apply(unscaled, trainable_variables=trainable_variables)
+
+
 def install() -> None:
     TFOptimizer._distributed_tf_update_step = _update_step
     TFOptimizer._apply_weight_decay = _apply_weight_decay
     TensorFlowTrainer.fit = _fit
     TFEpochIterator.catch_stop_iteration = _catch_stop_iteration
+    LossScaleOptimizer._tf_apply = _loss_scale_apply

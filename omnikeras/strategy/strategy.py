@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from omnikeras import tf_config
 from omnikeras.config import WorkerConfig
+from omnikeras.strategy.data import unmirrored_variable
 from omnikeras.strategy.own_cluster import own_cluster
 from omnikeras.strategy.worker import ClusterWorker
 
@@ -83,6 +84,10 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
         super().__init__(devices=devices)
         self.config = config
         self.worker = ClusterWorker(config)
+        # Whether the last group step skipped its update (see `update_skipped`); on the
+        # CPU, where the exchange runs.
+        with tf.device("/cpu:0"):
+            self._update_skipped = unmirrored_variable(tf.constant(False), tf.TensorShape([]))
 
     def experimental_distribute_dataset(
         self, dataset: tf.data.Dataset, options: tf.distribute.InputOptions | None = None
@@ -93,12 +98,16 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
             return dataset
         return super().experimental_distribute_dataset(dataset, options)
 
-    def apply_through_server(self, grads_and_vars: list[tuple[tf.Tensor, tf.Variable]]) -> None:
+    def apply_through_server(
+        self, grads_and_vars: list[tuple[tf.Tensor, tf.Variable]], skip_update: bool = False
+    ) -> None:
         """One group step inside the compiled train step: the group-reduced gradients (and
         the batch-normalization statistics) go to the server and the weights it returns
         are assigned to every replica's variables.
 
-        Called by Keras' optimizer in cross-replica context, once per step.
+        Called by Keras' optimizer in cross-replica context, once per step; under loss
+        scaling, with `skip_update` where the step's gradients overflowed (they are zeros
+        then), so that the group step goes on without an update (see `update_skipped`).
         """
         trained = [variable for _, variable in grads_and_vars]
         # By path: Keras leaves out the variables without a gradient.
@@ -133,18 +142,26 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
             with tf.control_dependencies(written):
                 outputs = tf.numpy_function(
                     functools.partial(
-                        self.worker.push_pull, names[:split] + tuple(v.path for v in self.worker.statistics)
+                        self.worker.push_pull,
+                        names[:split] + tuple(v.path for v in self.worker.statistics),
+                        skip_update=skip_update,
                     ),
                     [self._loss_sums(), *gradients[:split], *values],
-                    Tout=[*(v.dtype for v in variables), *next_share.dtypes],
+                    Tout=[*(v.dtype for v in variables), tf.bool, *next_share.dtypes],
                     stateful=True,
                 )
+            self._update_skipped.assign(outputs[len(variables)])
             # The reply names the next step's batch, and the exchange chose this worker's
             # share of it: the next step's input reads it from there.
-            next_share.fill(outputs[len(variables) :])
+            next_share.fill(outputs[len(variables) + 1 :])
         for variable, weight in zip(variables, outputs[: len(variables)]):
             weight.set_shape(variable.shape)
             self.extended.update(variable, _assign, args=(weight,), group=False)
+
+    def update_skipped(self) -> tf.Tensor:
+        """Whether the group step of the last `apply_through_server` skipped its update: a
+        member's loss-scaled gradients overflowed, this worker's or another's."""
+        return self._update_skipped.read_value()
 
     def _loss_sums(self) -> tf.Tensor:
         """The sums of Keras' loss tracker (losses, examples), which the train step has

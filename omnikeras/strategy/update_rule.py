@@ -4,8 +4,8 @@ statistics are held by the server too, combined across workers.
 
 What stays on the worker: gradient clipping (`clipnorm`, `clipvalue`, `global_clipnorm`)
 and a `LossScaleOptimizer`'s scaling, which Keras applies to each worker's gradients
-before they are pushed (a group combines clipped, unscaled gradients); the optimizer it
-wraps runs on the server.
+before they are pushed (a group combines clipped, unscaled gradients, and skips its step
+where a member's overflowed: see `keras_hooks`); the optimizer it wraps runs on the server.
 """
 
 from collections.abc import Sequence
@@ -14,10 +14,12 @@ import keras
 
 from omnikeras.parameter_server import Hyperparameters
 from omnikeras.parameter_server.optimizers import OPTIMIZERS, Optimizer
+from omnikeras.parameter_server.optimizers.muon import Muon
 from omnikeras.parameter_server.schedules import FORMULAS, LearningRateSchedule
 
-# Keras optimizers the server does not apply yet, and what to do instead.
-_NOT_ON_THE_SERVER = ("Muon",)
+# Muon's settings that Keras lets be None, which the server reads as 0: `adam_weight_decay`
+# (no decay) and `rms_rate` (the update not rescaled).
+_NONE_AS_ZERO = ("adam_weight_decay", "rms_rate")
 
 
 def server_update_rule(
@@ -30,7 +32,8 @@ def server_update_rule(
 
     Raises:
         ValueError: For settings the server does not apply: an exponential moving average
-            of the weights, gradient accumulation, variable constraints.
+            of the weights, gradient accumulation, variable constraints, Muon's `rms_rate`
+            of 0.
         TypeError: For an optimizer the server does not apply, a custom learning-rate
             schedule or a learning rate given as a function.
     """
@@ -48,18 +51,34 @@ def server_update_rule(
     if constrained:
         raise ValueError(f"a variable constraint {unsupported}without it; constrained: {constrained}")
     weight_decay = float(optimizer.weight_decay or 0.0)
+    settings = {key: _setting(optimizer, key) for key in server.defaults}
+    # Muon decays the variables it leaves to AdamW by a rate of their own.
+    decays = weight_decay or settings.get("adam_weight_decay", 0.0)
     return Hyperparameters(
         learning_rate=learning_rate_of(optimizer),
         momentum=float(getattr(optimizer, server.momentum_setting)) if server.momentum_setting else 0.0,
         optimizer=server.name,
-        settings={key: float(getattr(optimizer, key)) for key in server.defaults},
+        settings=settings,
         learning_rate_schedule=_schedule(optimizer),
         weight_decay=weight_decay,
-        no_weight_decay=frozenset(
-            v.path for v in variables if weight_decay and not optimizer._use_weight_decay(v)
-        ),
+        no_weight_decay=frozenset(v.path for v in variables if decays and not optimizer._use_weight_decay(v)),
         statistics=frozenset(v.path for v in statistics),
+        # Keras' own choice, by the paths and patterns only the worker has.
+        adamw_variables=frozenset(v.path for v in variables if server is Muon and optimizer._should_use_adamw(v)),
     )
+
+
+def _setting(optimizer: keras.optimizers.Optimizer, key: str) -> float:
+    """The setting `key` as the server takes it: a number (see `_NONE_AS_ZERO`)."""
+    value = getattr(optimizer, key)
+    if value is None and key in _NONE_AS_ZERO:
+        return 0.0
+    if key == "rms_rate" and value == 0:
+        raise ValueError(
+            "Muon's rms_rate=0 would leave every matrix where it is, and the parameter server reads 0 "
+            "as None (no rescaling): compile with rms_rate=None or a positive rate"
+        )
+    return float(value)
 
 
 def _server_optimizer(optimizer: keras.optimizers.Optimizer) -> type[Optimizer]:
@@ -68,11 +87,6 @@ def _server_optimizer(optimizer: keras.optimizers.Optimizer) -> type[Optimizer]:
     if server is not None and type(optimizer) is getattr(keras.optimizers, name):
         return server
     applied = ", ".join(OPTIMIZERS)
-    if name in _NOT_ON_THE_SERVER and type(optimizer) is getattr(keras.optimizers, name):
-        raise TypeError(
-            f"the parameter server does not apply {name} yet; it applies Keras' {applied}: "
-            "compile with one of them (AdamW in place of Muon)"
-        )
     raise TypeError(
         f"GroupedAsyncStrategy runs the optimizer on the parameter server, which applies Keras' "
         f"{applied}; {type(optimizer).__module__}.{type(optimizer).__qualname__} is not one of them: "

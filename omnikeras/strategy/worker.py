@@ -58,6 +58,9 @@ class ClusterWorker:
         self._pulled_statistics: dict[str, np.ndarray] = {}
         self.shapes: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
         self.hyperparameters = Hyperparameters()
+        # The optimizer of this process's last `fit`: a later one compiled since starts
+        # afresh on the server too.
+        self._optimizer: keras.optimizers.Optimizer | None = None
         self.last_push: PushResult | None = None
         # Keras' loss tracker, and its sums at the last push: their change is the step's loss.
         self.loss_tracker: keras.metrics.Mean | None = None
@@ -153,7 +156,13 @@ class ClusterWorker:
 
     def start(self, model: keras.Model) -> None:
         """Gives every worker the same first weights: the chief's, or the server's if it
-        already holds some (a restored checkpoint, or an earlier `fit`)."""
+        already holds some (a restored checkpoint, or an earlier `fit`).
+
+        The chief's later `fit` sets the server's rule from the model's optimizer as it is
+        now (recompiled, or with other settings), which starts afresh where it is a new
+        one, as Keras' newly compiled optimizer does. A first `fit` finding a model on the
+        server (a restarted chief) leaves the rule and state as they are.
+        """
         self.statistics = model_statistics(model)
         self.loss_tracker = getattr(model, "_loss_tracker", None)
         held = [*model.trainable_variables, *self.statistics]
@@ -161,15 +170,21 @@ class ClusterWorker:
         # Keras' optimizer hands the strategy its variables' backend values.
         self._paths = {id(v.value): v.path for v in held}
         self.shapes = {v.path: (tuple(v.shape), np.dtype(v.dtype)) for v in held}
-        self.hyperparameters = dataclasses.replace(
-            server_update_rule(model.optimizer, model.trainable_variables, self.statistics),
-            compensate_asynchrony=self.config.compensate_asynchrony,
-        )
+        rule = server_update_rule(model.optimizer, model.trainable_variables, self.statistics)
+        earlier, self._optimizer = self._optimizer, model.optimizer
+        fresh_optimizer = model.optimizer is not earlier
+        if not fresh_optimizer:
+            # The train step that an earlier `fit` traced may not be traced again: keep the
+            # variables it found without gradients (`expect_gradients`).
+            rule = dataclasses.replace(rule, no_weight_decay=rule.no_weight_decay | self.hyperparameters.no_weight_decay)
+        self.hyperparameters = dataclasses.replace(rule, compensate_asynchrony=self.config.compensate_asynchrony)
         if self.config.is_chief:
             weights = {v.path: keras.ops.convert_to_numpy(v) for v in held}
             if self.client.init_model(weights, self.hyperparameters):
                 self._remember_statistics(weights)
                 return
+            if earlier is not None:
+                self.client.set_hyperparameters(self.hyperparameters, fresh_optimizer=fresh_optimizer)
         pulled = self.client.pull(wait_for_model=self.config.startup_timeout)
         self.assign(model, pulled.weights)
 
@@ -193,7 +208,7 @@ class ClusterWorker:
             raise ValueError(f"gradients for variables the cluster does not hold: {sorted(unknown)}")
         trainable = set(self.names) - self.hyperparameters.statistics
         without = trainable - set(names) - self.hyperparameters.no_weight_decay
-        if without and self.hyperparameters.weight_decay:
+        if any(self.hyperparameters.weight_decay_of(name) for name in without):
             self.change_update_rule(no_weight_decay=self.hyperparameters.no_weight_decay | without)
 
     def rule_in_force(self) -> dict[str, float]:
@@ -231,12 +246,17 @@ class ClusterWorker:
                 raise
         return np.int64(len(names))
 
-    def push_pull(self, names: Sequence[str], loss_sums: np.ndarray, *gradients: np.ndarray) -> list[np.ndarray]:
+    def push_pull(
+        self, names: Sequence[str], loss_sums: np.ndarray, *gradients: np.ndarray, skip_update: bool = False
+    ) -> list[np.ndarray]:
         """One group step: this worker's gradients (of the variables `names`, by path) and
         the step's loss out, the group step's weights of the variables written ahead
-        (`write_ahead`) and of `names` back, and after them the next step's share (as
-        `NextShare.fill` takes it). `loss_sums` are the sums of Keras' loss tracker
-        (losses and examples so far).
+        (`write_ahead`) and of `names` back, whether the step's update was skipped, and
+        after them the next step's share (as `NextShare.fill` takes it). `loss_sums` are
+        the sums of Keras' loss tracker (losses and examples so far).
+
+        With `skip_update` (the step's loss-scaled gradients overflowed), the group step
+        updates no weight; it is skipped too where another member's overflowed.
 
         An error is kept in `failure` as well: TensorFlow hands it on wrapped in its own.
         """
@@ -244,14 +264,14 @@ class ClusterWorker:
         self.example_count = self._share.rows
         ahead, self._ahead = self._ahead, ()
         try:
-            weights = self._push_pull(
-                ahead, names, gradients, self._step_loss(float(loss_sums[0]), float(loss_sums[1]))
+            weights, skipped = self._push_pull(
+                ahead, names, gradients, self._step_loss(float(loss_sums[0]), float(loss_sums[1])), skip_update
             )
             share = self._choose_share()
         except Exception as error:
             self.failure = error
             raise
-        return [*weights, np.asarray(share.batch, np.int64), *share.arrays]
+        return [*weights, np.asarray(skipped), np.asarray(share.batch, np.int64), *share.arrays]
 
     def _step_loss(self, total: float, count: float) -> float | None:
         """This step's loss from the tracker's sums; None where their change is not this
@@ -266,11 +286,19 @@ class ClusterWorker:
         return loss if math.isfinite(loss) else None
 
     def _push_pull(
-        self, ahead: Sequence[str], pushed_now: Sequence[str], gradients: Sequence[np.ndarray], loss: float | None
-    ) -> list[np.ndarray]:
+        self,
+        ahead: Sequence[str],
+        pushed_now: Sequence[str],
+        gradients: Sequence[np.ndarray],
+        loss: float | None,
+        skip_update: bool,
+    ) -> tuple[list[np.ndarray], bool]:
+        """The weights of the variables written ahead and pushed now, and whether the
+        step's update was skipped (where the push did not count, only this worker's own
+        overflow says so)."""
         names = [*ahead, *pushed_now]
         if self._training_over:
-            return self._pull_current(names)
+            return self._pull_current(names), skip_update
         self.step += 1
         pushed = dict(zip(pushed_now, gradients))
         for name, pulled_value in self._pulled_statistics.items():
@@ -283,26 +311,31 @@ class ClusterWorker:
                     pushed[name] = np.zeros(shape, dtype)
         try:
             result, pulled = self.client.push_pull(
-                pushed, step=self.step, example_count=self.example_count, batch=self.reading, loss=loss
+                pushed,
+                step=self.step,
+                example_count=self.example_count,
+                batch=self.reading,
+                loss=loss,
+                skip_update=skip_update,
             )
         except grpc.RpcError as error:
             if error.code() == grpc.StatusCode.ABORTED:
                 # The weights were restored under this gradient (a tuning trial began):
                 # the group may read another batch now.
                 self._take_place(with_next_batch=True)
-                return self._pull_current(names)
+                return self._pull_current(names), skip_update
             refusal = refusal_of(error)
             if refusal in (Refusal.DROPPED, Refusal.NOT_REGISTERED):
-                return self._rejoin(names, error.details() or "")
+                return self._rejoin(names, error.details() or ""), skip_update
             if refusal != Refusal.NON_FINITE:
                 raise
-            return self._skip_step(names)
+            return self._skip_step(names), skip_update
         self.rejected_steps = 0
         self.last_push = result
         self.next_batch, self._next_members = result.next_batch, result.next_members
         if result.layout is not None:
             self._settle(result.layout)
-        return self._weights_of(names, pulled.weights)
+        return self._weights_of(names, pulled.weights), result.update_skipped
 
     def _weights_of(self, names: Sequence[str], weights: dict[str, np.ndarray]) -> list[np.ndarray]:
         self._remember_statistics(weights)

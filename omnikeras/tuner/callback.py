@@ -44,8 +44,8 @@ class OmnivoreCallback(keras.callbacks.Callback):
     processes it times every number of groups that divides them and searches from the
     most asynchronous one worth having; with one (the launcher's merged process on a CPU
     host), it tunes momentum and learning rate only, and says so. The momentum is the
-    compiled optimizer's momentum-like setting (SGD's and RMSprop's `momentum`, the
-    `beta_1` of Adam's family and Lion's); Adagrad, Adadelta, Adafactor, Ftrl and
+    compiled optimizer's momentum-like setting (SGD's, RMSprop's and Muon's `momentum`,
+    the `beta_1` of Adam's family and Lion's); Adagrad, Adadelta, Adafactor, Ftrl and
     ScheduleFreeAdamW have none it may change, and only their
     learning rate and the groups are tuned. It says which as it starts. With compensated
     asynchrony (the default) the first phase takes the compiled settings at those groups,

@@ -34,11 +34,17 @@ BENCHMARKS = pathlib.Path(__file__).resolve().parents[2] / "benchmarks"
                 "emulated_default_over_omnivore", "emulated_compensated_over_sync_updates",
             )),
         }, marks=pytest.mark.benchmark_run),
-        ("cpu_path.py", {"merged_vs_4_processes", "merged_vs_plain_keras", "flops_fraction_of_matmul"}),
-        ("ray_overhead.py", {"ray_over_local_steps_per_s"}),
+        pytest.param(
+            "cpu_path.py", {"merged_vs_4_processes", "merged_vs_plain_keras", "flops_fraction_of_matmul"},
+            marks=pytest.mark.benchmark_run,
+        ),
+        pytest.param("ray_overhead.py", {"ray_over_local_steps_per_s"}, marks=pytest.mark.benchmark_run),
         pytest.param(
             "emulated_cluster.py", {"link_mb_s", "spu_by_groups", "async_over_sync_updates_per_s"},
-            marks=pytest.mark.skipif(bool(MISSING), reason=f"cannot emulate here: {'; '.join(MISSING)}"),
+            marks=[
+                pytest.mark.benchmark_run,
+                pytest.mark.skipif(bool(MISSING), reason=f"cannot emulate here: {'; '.join(MISSING)}"),
+            ],
         ),
     ],
 )

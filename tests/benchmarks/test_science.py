@@ -90,6 +90,45 @@ def test_the_page_keeps_what_lies_outside_its_results(tmp_path: pathlib.Path) ->
     assert page.read_text() == f"# Method\n\n{science.START}\nnew\n{science.END}\n\n## Discussion\n"
 
 
+def test_each_optimizers_results_keep_the_others_on_the_page(tmp_path: pathlib.Path) -> None:
+    page = tmp_path / "science.md"
+    page.write_text(f"# Method\n\n{science.START}\nold SGD\n{science.END}\n\n## Discussion\n")
+    # The first Adam run finds no markers of its own: its results go at the end.
+    science.write_page(page, f"{science.ADAM_START}\nAdam\n{science.ADAM_END}", science.ADAM.markers)
+    science.write_page(page, f"{science.START}\nnew SGD\n{science.END}")
+    assert page.read_text() == (
+        f"# Method\n\n{science.START}\nnew SGD\n{science.END}\n\n## Discussion\n\n"
+        f"{science.ADAM_START}\nAdam\n{science.ADAM_END}\n"
+    )
+
+
+def _adam_trials() -> list[dict]:
+    """The Adam grid at 1 and 2 groups: 0.9 best synchronous, 0.3 with 2 groups, and
+    compensated 0.9 better still."""
+    losses = {1: (0.5, 0.4, 0.35, 0.3, 0.32), 2: (0.45, 0.4, 0.5, 0.8, 0.9)}
+    trials = [_trial(g, beta, loss, total=(g - 1) / g) for g in (1, 2) for beta, loss in zip(science.ADAM_BETAS, losses[g])]
+    compensated = zip(science.ADAM_COMPENSATED_BETAS, (0.44, 0.42, 0.36, 0.5))
+    return trials + [_trial(2, beta, loss, compensated=True) for beta, loss in compensated]
+
+
+def test_adams_figures_are_its_own_keys_and_leave_experiments_3_and_4_null() -> None:
+    setup = science.Setup("digits", "MLP on digits", 4, (1, 2), 150, (0.1,), (0,), 0.2)
+    figures = science.figures_of(science.ADAM, {setup: _adam_trials()}, None)
+    assert set(figures) == {
+        "adam_implicit_momentum_max_error", "adam_best_momentum_non_increasing",
+        "adam_compensated_over_uncompensated_loss", "adam_tuned_async_over_sync_updates", "adam_he_prediction_error",
+    }
+    assert figures["adam_implicit_momentum_max_error"] == 0.0
+    assert figures["adam_best_momentum_non_increasing"] is True
+    # 0.36 compensated at compiled 0.9, against 0.4 uncompensated at 0.3.
+    assert figures["adam_compensated_over_uncompensated_loss"] == 0.9
+    assert figures["adam_tuned_async_over_sync_updates"] is None and figures["adam_he_prediction_error"] is None
+    page = science.results_markdown(science.ADAM, {setup: _adam_trials()}, None, figures, "as processes on one host")
+    assert page.startswith(science.ADAM_START) and page.endswith(science.ADAM_END)
+    assert "### Adam: Loss over explicit beta_1 (experiment 2)" in page and "| +0.95 |" in page
+    assert "experiment 3" not in page and "experiment 4" not in page
+
+
 @pytest.mark.slow
 @pytest.mark.benchmark_run
 def test_quick_study_runs_through_launched_clusters_and_writes_its_page(tmp_path: pathlib.Path) -> None:

@@ -28,8 +28,13 @@ def _train(client: ParameterServerClient, steps: range) -> None:
         Hyperparameters(0.05, momentum=0.9, settings={"nesterov": 1.0}, compensate_asynchrony=False),
         # Adam's moments and iteration count (its bias correction) come back too.
         Hyperparameters(0.01, momentum=0.9, optimizer="Adam", settings={"amsgrad": 1.0}, compensate_asynchrony=False),
+        # Muon's choice of AdamW for the bias comes back with its state.
+        Hyperparameters(
+            0.01, momentum=0.95, optimizer="Muon", weight_decay=0.01, adamw_variables=frozenset({"bias"}),
+            compensate_asynchrony=False,
+        ),
     ],
-    ids=["SGD", "Adam"],
+    ids=["SGD", "Adam", "Muon"],
 )
 def test_kill_and_restart_continues_with_identical_weights(start_server, tmp_path, hyperparameters) -> None:
     reference = ParameterServer()

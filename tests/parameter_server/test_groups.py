@@ -166,6 +166,23 @@ def test_snapshots_restore_weights_and_momentum_between_steps() -> None:
         coordinator.restore_snapshot("missing")
 
 
+def test_a_snapshot_puts_back_the_iteration_count_that_adams_bias_corrections_read() -> None:
+    rule = Hyperparameters(0.1, momentum=0.9, optimizer="Adam")
+    coordinator = GroupCoordinator(ModelState(rule))
+    coordinator.initialize({"w": np.zeros(3, np.float32)}, rule)
+    worker = coordinator.register()[0]
+    coordinator.save_snapshot("start")
+    coordinator.push(worker, 1, 0, 1, {"w": np.ones(3, np.float32)})
+    first = _weights(coordinator)
+    coordinator.push(worker, 2, 1, 1, {"w": np.ones(3, np.float32)})
+    coordinator.restore_snapshot("start")
+    assert coordinator.model.iterations == 0
+    # A fresh Adam's first step again: the rate, not 1 / sqrt(1 - beta_2) times it.
+    coordinator.push(worker, 3, 3, 1, {"w": np.ones(3, np.float32)})
+    np.testing.assert_allclose(_weights(coordinator), first)
+    np.testing.assert_allclose(first, -0.1, rtol=1e-5)
+
+
 def test_the_layout_version_changes_with_groups_and_members() -> None:
     coordinator = _coordinator(num_groups=2)
     first = coordinator.register()[0]
@@ -296,3 +313,40 @@ def test_a_refused_update_fails_every_member_of_its_step_and_their_retries() -> 
     coordinator.push(second, 1, 0, 1, {"w": np.ones(3, np.float32)})
     waiting["thread"].join(10)
     np.testing.assert_array_equal(_weights(coordinator), np.full(3, -4, np.float32))
+
+
+def test_a_member_that_skips_its_update_makes_the_group_step_go_on_without_one() -> None:
+    coordinator = GroupCoordinator(ModelState(Hyperparameters(1.0)), 1, 30.0)
+    hyperparameters = Hyperparameters(1.0, momentum=0.5, statistics=frozenset({"mean"}))
+    coordinator.initialize({"w": np.zeros(3, np.float32), "mean": np.zeros(2, np.float32)}, hyperparameters)
+    first, second = coordinator.register()[0], coordinator.register()[0]
+    (batch,) = [g.next_batch for g in coordinator.stats().groups]
+
+    def push(worker: int, step: int, gradient: float, change: float, skip_update: bool = False) -> PushResult:
+        return coordinator.push(
+            worker, step, coordinator.model.version, 1,
+            {"w": np.full(3, gradient, np.float32), "mean": np.full(2, change, np.float32)},
+            batch=batch, skip_update=skip_update,
+        )
+
+    results: list[PushResult] = []
+    waiting = threading.Thread(target=lambda: results.append(push(first, 1, 1.0, 2.0)))
+    waiting.start()
+    # The second member's loss scale overflowed: it sends zeros, flagged.
+    results.append(push(second, 1, 0.0, 4.0, skip_update=True))
+    waiting.join(5)
+    assert [(r.update_skipped, r.members_combined, r.next_batch) for r in results] == [(True, 2, batch + 1)] * 2
+    # No update, nor any momentum: only the statistics took the members' mean change.
+    np.testing.assert_array_equal(_weights(coordinator), np.zeros(3, np.float32))
+    assert coordinator.model.slots == {}
+    np.testing.assert_array_equal(coordinator.model.weights["mean"], np.full(2, 3.0, np.float32))
+    assert (coordinator.model.iterations, coordinator.stats().updates_applied) == (0, 0)
+    # The next step, which no member skips, updates as any other.
+    batch += 1
+    waiting = threading.Thread(target=lambda: results.append(push(first, 2, 1.0, 0.0)))
+    waiting.start()
+    results.append(push(second, 2, 1.0, 0.0))
+    waiting.join(5)
+    assert not results[-1].update_skipped and not results[-2].update_skipped
+    np.testing.assert_array_equal(_weights(coordinator), np.full(3, -1.0, np.float32))
+    assert coordinator.model.iterations == 1

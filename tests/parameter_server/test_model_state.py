@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
-from omnikeras.parameter_server.errors import NonFinite
+from omnikeras.parameter_server.errors import InvalidArgument, NonFinite
 from omnikeras.parameter_server.model_state import ModelState
+from omnikeras.parameter_server.optimizers import Step
 from omnikeras.parameter_server.update_rule import Hyperparameters
 
 LARGEST = np.finfo(np.float32).max
@@ -63,7 +64,6 @@ def test_weight_decay_and_nesterov_momentum_are_bounded_too() -> None:
     assert model.version == 1
 
 
-
 def test_an_adam_update_that_overflows_its_second_moment_is_refused_and_changes_nothing() -> None:
     model = _model({"w": np.ones(3, np.float32)}, learning_rate=0.1, momentum=0.9, optimizer="Adam")
     model.apply({"w": np.ones(3, np.float32)})
@@ -94,3 +94,74 @@ def test_another_optimizer_starts_from_fresh_state_and_a_new_learning_rate_keeps
     assert set(model.slots["w"]) == {"momentum", "velocity"}
     # Adam's first moment after its first update: (1 - beta_1) times the gradient.
     np.testing.assert_allclose(model.slots["w"]["momentum"], np.full(3, 0.1), rtol=1e-6)
+
+
+def test_adam_updates_in_place_while_its_bounds_allow_and_matches_its_update_on_copies() -> None:
+    rng = np.random.default_rng(0)
+    start = rng.normal(size=(5, 3)).astype(np.float32)
+    gradients = [rng.normal(size=(5, 3)).astype(np.float32) for _ in range(20)]
+    model = _model({"w": start.copy()}, learning_rate=0.01, momentum=0.9, optimizer="Adam", settings={"amsgrad": 1.0})
+    weight = model.weights["w"]
+    for gradient in gradients:
+        model.apply({"w": gradient.copy()})
+    # No copy a step: the arrays the server started with hold the result.
+    assert model.weights["w"] is weight
+
+    rule = model.hyperparameters.rule
+    expected, slots = start.copy(), rule.slots(start, Step(0.01, 0.9, 0))
+    for iteration, gradient in enumerate(gradients):
+        expected, slots = rule.update(expected, gradient.copy(), slots, Step(0.01, 0.9, iteration))
+    np.testing.assert_allclose(model.weights["w"], expected, rtol=1e-6, atol=1e-7)
+    for slot, array in slots.items():
+        np.testing.assert_allclose(model.slots["w"][slot], array, rtol=1e-6, atol=1e-9)
+
+
+def test_adam_without_epsilon_is_checked_and_its_zero_over_zero_refused() -> None:
+    model = _model({"w": np.ones(3, np.float32)}, learning_rate=0.1, momentum=0.9, optimizer="Adam", settings={"epsilon": 0.0})
+    with pytest.raises(NonFinite, match="'w'"):
+        model.apply({"w": np.array([1, 0, 1], np.float32)})
+    np.testing.assert_array_equal(model.weights["w"], np.ones(3, np.float32))
+    assert model.iterations == 0
+
+
+def test_muon_updates_its_adamw_variables_by_adamw_and_refuses_an_overflow_alike() -> None:
+    model = ModelState(Hyperparameters(0.01, momentum=0.95, optimizer="Muon", adamw_variables=frozenset({"b"})))
+    model.initialize({"k": np.ones((3, 2), np.float32), "b": np.ones(2, np.float32)})
+    model.apply({"k": np.ones((3, 2), np.float32), "b": np.ones(2, np.float32)})
+    # Keras' slots: a momentum for each variable, a velocity for AdamW's only.
+    assert set(model.slots["k"]) == {"momentum"} and set(model.slots["b"]) == {"momentum", "velocity"}
+    before = {name: w.copy() for name, w in model.weights.items()}
+
+    # Finite, but the AdamW velocity's square is not.
+    with pytest.raises(NonFinite, match="'b'"):
+        model.apply({"k": np.ones((3, 2), np.float32), "b": np.array([1e30, 0], np.float32)})
+
+    assert model.iterations == 1
+    for name, weight in model.weights.items():
+        np.testing.assert_array_equal(weight, before[name])
+    # Another choice of AdamW variables starts from fresh state, as another optimizer does.
+    model.hyperparameters = Hyperparameters(0.01, momentum=0.95, optimizer="Muon", adamw_variables=frozenset("kb"))
+    assert model.slots == {}
+
+
+def test_muon_refuses_a_variable_it_cannot_orthogonalize_outside_its_adamw_variables() -> None:
+    model = ModelState(Hyperparameters(0.01, momentum=0.95, optimizer="Muon"))
+    with pytest.raises(InvalidArgument, match="orthogonalizes matrices only: b must be among its adamw_variables"):
+        model.initialize({"k": np.ones((3, 2), np.float32), "b": np.ones(2, np.float32)})
+    assert not model.initialized
+    model = _model({"k": np.ones((3, 2), np.float32), "b": np.ones(2, np.float32)})
+    with pytest.raises(InvalidArgument, match="b must be among"):
+        model.hyperparameters = Hyperparameters(0.01, momentum=0.95, optimizer="Muon")
+    assert model.hyperparameters.optimizer == "SGD"
+
+
+def test_a_restarted_optimizer_starts_without_state_from_iteration_zero() -> None:
+    model = _model({"w": np.ones(3, np.float32)}, learning_rate=0.1, momentum=0.9)
+    model.apply({"w": np.ones(3, np.float32)})
+    model.apply({"w": np.ones(3, np.float32)})
+    # The same optimizer, newly compiled: Keras' new one has neither momentum nor iterations.
+    model.restart_optimizer()
+    assert (model.slots, model.iterations, model.version) == ({}, 0, 2)
+    before = model.weights["w"].copy()
+    model.apply({"w": np.ones(3, np.float32)})
+    np.testing.assert_allclose(model.weights["w"], before - 0.1, rtol=1e-6)

@@ -48,6 +48,26 @@ def test_an_optimizer_without_momentum_sends_none() -> None:
     assert (rule.optimizer, rule.momentum, rule.settings) == ("Adagrad", 0.0, {"initial_accumulator_value": 0.5, "epsilon": 1e-7})
 
 
+def test_muon_sends_keras_choice_of_its_adamw_variables_and_its_settings() -> None:
+    optimizer = keras.optimizers.Muon(0.01, momentum=0.9, weight_decay=None, adam_weight_decay=0.01, rms_rate=None)
+    optimizer.exclude_from_weight_decay(var_names=["bias"])
+    model = keras.Sequential(
+        [keras.Input((4,), dtype="int32"), keras.layers.Embedding(10, 3), keras.layers.Flatten(), keras.layers.Dense(2)]
+    )
+    model.compile(optimizer=optimizer, loss="mse")
+    rule = server_update_rule(optimizer, model.trainable_variables)
+    paths = {v.name: v.path for v in model.trainable_variables}
+    assert (rule.optimizer, rule.momentum, rule.weight_decay) == ("Muon", 0.9, 0.0)
+    # The dense layer's matrix takes Muon's update; the embeddings and the bias take AdamW's.
+    assert rule.adamw_variables == {paths["embeddings"], paths["bias"]}
+    # Keras' None: no rescaling.
+    assert rule.settings["rms_rate"] == 0.0
+    # The AdamW variables decay at their own rate, but the excluded bias.
+    assert rule.no_weight_decay == {paths["bias"]}
+    decays = {name: rule.weight_decay_of(path) for name, path in paths.items()}
+    assert decays == {"embeddings": 0.01, "kernel": 0.0, "bias": 0.0}
+
+
 class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
     def __call__(self, step):
         return 0.1
@@ -66,7 +86,7 @@ class SubclassedDecay(keras.optimizers.schedules.ExponentialDecay):
         (keras.optimizers.SGD(0.1, use_ema=True), None, ValueError, "use_ema"),
         (keras.optimizers.SGD(0.1, gradient_accumulation_steps=2), None, ValueError, "gradient_accumulation_steps"),
         (keras.optimizers.SGD(0.1), "non_neg", ValueError, "constraint.*kernel"),
-        (keras.optimizers.Muon(), None, TypeError, "does not apply Muon yet"),
+        (keras.optimizers.Muon(rms_rate=0), None, ValueError, "rms_rate=0"),
     ],
 )
 def test_what_the_server_cannot_apply_is_refused_by_name(optimizer, constraint, error, message) -> None:

@@ -17,6 +17,7 @@ from omnikeras.parameter_server.optimizers.base import MomentumForm, Optimizer, 
 from omnikeras.parameter_server.optimizers.ftrl import Ftrl
 from omnikeras.parameter_server.optimizers.lamb import Lamb
 from omnikeras.parameter_server.optimizers.lion import Lion
+from omnikeras.parameter_server.optimizers.muon import Muon
 from omnikeras.parameter_server.optimizers.nadam import Nadam
 from omnikeras.parameter_server.optimizers.rmsprop import RMSprop
 from omnikeras.parameter_server.optimizers.schedule_free_adamw import ScheduleFreeAdamW
@@ -25,7 +26,8 @@ from omnikeras.parameter_server.optimizers.sgd import SGD
 OPTIMIZERS: dict[str, type[Optimizer]] = {
     cls.name: cls
     for cls in (
-        SGD, Adam, AdamW, Adamax, Nadam, Lamb, RMSprop, Adagrad, Adadelta, Adafactor, Ftrl, Lion, ScheduleFreeAdamW
+        SGD, Adam, AdamW, Adamax, Nadam, Lamb, RMSprop, Adagrad, Adadelta, Adafactor, Ftrl, Lion, ScheduleFreeAdamW,
+        Muon,
     )
 }
 

@@ -10,12 +10,14 @@ update. Arithmetic stays in the variable's dtype, scalars cast as Keras casts th
 
 import abc
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 import numpy as np
+import scipy.linalg.blas
 
+from omnikeras.parameter_server import tensors
 from omnikeras.parameter_server.errors import InvalidArgument
 
 # How an optimizer's momentum-like setting enters its update, which says what asynchrony's
@@ -63,6 +65,9 @@ class Optimizer(abc.ABC):
     momentum_setting: ClassVar[str | None] = None
     momentum_form: ClassVar[MomentumForm] = "none"
     slot_names: ClassVar[tuple[str, ...]] = ()
+    # Whether the optimizer carries bounds on its magnitudes (`bounds_after`) and updates
+    # in place where they allow; the others compute new arrays, checked before use.
+    carries_bounds: ClassVar[bool] = False
 
     def __init__(self, settings: Mapping[str, float] | None = None) -> None:
         settings = dict(settings or {})
@@ -89,8 +94,66 @@ class Optimizer(abc.ABC):
         it puts it in place. `gradient` may serve as scratch space.
         """
 
+    def bounds_after(self, before: "Bounds", change: float, step: Step, dtype: np.dtype) -> "Bounds | None":
+        """Bounds on the largest magnitudes in the weight and its state after an update
+        whose gradient's magnitudes are bounded by `change`, where finite inputs can only
+        give NaN or Inf by overflowing; None where the optimizer carries no such bound
+        (its updates are then computed into new arrays and checked).
+
+        An optimizer that returns bounds applies its updates with `update_in_place`.
+        """
+        return None
+
+    def update_in_place(self, weight: np.ndarray, gradient: np.ndarray, slots: Slots, step: Step) -> None:
+        """`update` on the arrays themselves (`gradient` is consumed as scratch space),
+        for optimizers whose `bounds_after` says when that is safe."""
+        raise NotImplementedError(f"{self.name} computes its updates into new arrays")
+
     def flag(self, key: str) -> bool:
         return self.settings[key] == 1.0
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Upper bounds on the largest magnitude in a weight and in each array of its state."""
+
+    weight: float
+    slots: Mapping[str, float]
+
+    @classmethod
+    def summed(cls, weight: np.ndarray, slots: Slots) -> "Bounds":
+        """Loose bounds (sums of magnitudes), in one pass per array with no temporary."""
+        return cls(tensors.abs_sum(weight), {name: tensors.abs_sum(array) for name, array in slots.items()})
+
+    @classmethod
+    def exact(cls, weight: np.ndarray, slots: Slots) -> "Bounds":
+        return cls(_largest(weight), {name: _largest(array) for name, array in slots.items()})
+
+    def within(self, dtype: np.dtype) -> bool:
+        """Whether no sum of a few terms so bounded can overflow `dtype`."""
+        limit = _LIMITS[dtype]
+        return self.weight <= limit and all(bound <= limit for bound in self.slots.values())
+
+
+# A quarter of each dtype's largest value: sums of a few terms below it stay finite.
+_LIMITS = {np.dtype(t): float(np.finfo(t).max) / 4 for t in (np.float16, np.float32, np.float64)}
+
+
+def blas_for(array: np.ndarray) -> tuple[Callable[..., np.ndarray], Callable[..., np.ndarray]] | None:
+    """BLAS' axpy and scal for `array`'s dtype, where it has them. The in-place updates
+    use them: one pass over the arrays per call, against two for most NumPy expressions of
+    the same step (a temporary, then the operation), and the updates are memory-bound."""
+    return _BLAS.get(array.dtype) if array.dtype.isnative else None
+
+
+_BLAS = {
+    np.dtype(np.float32): (scipy.linalg.blas.saxpy, scipy.linalg.blas.sscal),
+    np.dtype(np.float64): (scipy.linalg.blas.daxpy, scipy.linalg.blas.dscal),
+}
+
+
+def _largest(array: np.ndarray) -> float:
+    return float(np.abs(array).max()) if array.size else 0.0
 
 
 def cast(weight: np.ndarray, value: float | np.floating) -> np.floating:

@@ -10,10 +10,9 @@ The momentum buffer is created when a momentum is first in force.
 from typing import ClassVar
 
 import numpy as np
-import scipy.linalg.blas
 
 from omnikeras.parameter_server import parallel
-from omnikeras.parameter_server.optimizers.base import MomentumForm, Optimizer, Slots, Step
+from omnikeras.parameter_server.optimizers.base import Bounds, MomentumForm, Optimizer, Slots, Step, blas_for
 
 
 class SGD(Optimizer):
@@ -22,6 +21,7 @@ class SGD(Optimizer):
     flags = frozenset({"nesterov"})
     momentum_setting = "momentum"
     momentum_form: ClassVar[MomentumForm] = "heavy ball"
+    carries_bounds = True
 
     def slots(self, weight: np.ndarray, step: Step) -> Slots:
         return {"momentum": np.zeros_like(weight)} if step.momentum != 0 else {}
@@ -32,9 +32,16 @@ class SGD(Optimizer):
         self.update_in_place(updated, gradient, state, step)
         return updated, state
 
+    def bounds_after(self, before: Bounds, change: float, step: Step, dtype: np.dtype) -> Bounds:
+        update = step.learning_rate * change
+        if "momentum" not in before.slots and step.momentum == 0:
+            return Bounds(before.weight + update, {})
+        velocity = abs(step.momentum) * before.slots.get("momentum", 0.0) + update
+        if self.flag("nesterov"):
+            return Bounds(before.weight + abs(step.momentum) * velocity + update, {"momentum": velocity})
+        return Bounds(before.weight + velocity, {"momentum": velocity})
+
     def update_in_place(self, weight: np.ndarray, gradient: np.ndarray, slots: Slots, step: Step) -> None:
-        """`update` on the arrays themselves: the server's bound on SGD's magnitudes says
-        when this is safe (see `ModelState`)."""
         if step.momentum != 0 and "momentum" not in slots:
             slots["momentum"] = np.zeros_like(weight)
         apply_update(weight, slots.get("momentum"), gradient, step.learning_rate, step.momentum, self.flag("nesterov"))
@@ -42,7 +49,7 @@ class SGD(Optimizer):
 
 def apply_weight_decay(weight: np.ndarray, factor: float) -> None:
     """Scales `weight` in place by 1 - `factor` (the learning rate times the decay)."""
-    blas = _BLAS.get(weight.dtype) if weight.dtype.isnative else None
+    blas = blas_for(weight)
     if blas is None:
         weight -= weight * weight.dtype.type(factor)
         return
@@ -66,12 +73,10 @@ def apply_update(
     if parallel.worth_splitting(*arrays):
         parallel.split_pass(lambda w, g, v=None: _apply_with_numpy(w, v, g, lr, mu, nesterov), *arrays)
         return
-    blas = _BLAS.get(weight.dtype) if weight.dtype.isnative else None
+    blas = blas_for(weight)
     if blas is None:
         _apply_with_numpy(weight, velocity, gradient, lr, mu, nesterov)
         return
-    # One pass over the arrays per BLAS call, against two for most NumPy expressions of
-    # the same step (a temporary, then the operation): the update is memory-bound.
     axpy, scal = blas
     w, g = weight.reshape(-1), gradient.reshape(-1)
     if velocity is None:
@@ -85,12 +90,6 @@ def apply_update(
         axpy(g, w, a=-lr)
     else:
         axpy(v, w, a=1.0)
-
-
-_BLAS = {
-    np.dtype(np.float32): (scipy.linalg.blas.saxpy, scipy.linalg.blas.sscal),
-    np.dtype(np.float64): (scipy.linalg.blas.daxpy, scipy.linalg.blas.dscal),
-}
 
 
 def _apply_with_numpy(
