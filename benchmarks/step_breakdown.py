@@ -99,6 +99,7 @@ class PreparedReplies:
         example_count: int,
         batch: int | None = None,
         loss: float | None = None,
+        skip_update: bool = False,
     ) -> tuple[PushResult, PullResult]:
         gradients, self._ahead = {**self._ahead, **gradients}, {}
         for name, gradient in gradients.items():
