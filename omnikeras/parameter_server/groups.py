@@ -35,6 +35,7 @@ from omnikeras.parameter_server.errors import (
 )
 from omnikeras.parameter_server.model_state import ModelState
 from omnikeras.parameter_server.momentum_meter import MomentumMeter, lags_for
+from omnikeras.parameter_server.optimizers import Step
 from omnikeras.parameter_server.server_state import Arrays, ServerState
 from omnikeras.parameter_server.update_rule import Hyperparameters
 from omnikeras.parameter_server.values import GroupLayout, GroupStats, PushResult, Stats
@@ -253,7 +254,12 @@ class GroupCoordinator:
         """A new rule; with `fresh_optimizer`, its optimizer starts afresh (see
         `ModelState.restart_optimizer`)."""
         with self._cond:
-            if fresh_optimizer or hyperparameters.momentum != self.model.hyperparameters.momentum:
+            before = self.model.hyperparameters
+            if (
+                fresh_optimizer
+                or hyperparameters.momentum != before.momentum
+                or hyperparameters.statistics != before.statistics
+            ):
                 self._meter = None
             self.model.hyperparameters = hyperparameters
             if fresh_optimizer:
@@ -499,13 +505,31 @@ class GroupCoordinator:
         examples = sum(c.example_count for c in contributions)
         gradients = [(c.computed_at, meter.sample(c.gradients), c.example_count / examples) for c in contributions]
         self.model.apply(_weighted_mean(contributions, kept), magnitudes, rule.learning_rate, rule.momentum)
-        meter.record(self.model.version - 1, gradients, rule.learning_rate, self.model.weights)
+        meter.record(self.model.version - 1, gradients, self._applied_rate(meter, rule), self.model.weights)
+
+    def _applied_rate(self, meter: MomentumMeter, rule: InForce) -> np.ndarray:
+        """The rate the update just applied moved each of the meter's coordinates at, from
+        its variable's optimizer and state after the update."""
+        hyperparameters = self.model.hyperparameters
+        # `apply` has counted the update already.
+        step = Step(rule.learning_rate, rule.momentum, self.model.iterations - 1)
+        rates: dict[str, float | np.ndarray] = {}
+        for name in meter.variables:
+            optimizer = hyperparameters.optimizer_of(name)
+            slots = self.model.slots.get(name, {})
+            sampled = {slot: meter.sample_of(name, slots[slot]) for slot in optimizer.rate_slots()}
+            rates[name] = optimizer.applied_rate(step, sampled)
+        return meter.joined(rates)
 
     def _momentum_meter(self) -> MomentumMeter:
-        """The meter of the updates since the last change of layout, momentum or weights."""
+        """The meter of the updates since the last change of layout, momentum, statistics
+        or weights."""
         if self._meter is None:
-            lags = lags_for(self.num_groups, self.model.hyperparameters.momentum)
-            self._meter = MomentumMeter(self.model.weights, lags=lags)
+            rule = self.model.hyperparameters
+            # Statistics take the changes pushed, not an optimizer's step of gradients:
+            # nothing in them to resolve, and no optimizer state to say their rate.
+            trained = {name: weight for name, weight in self.model.weights.items() if name not in rule.statistics}
+            self._meter = MomentumMeter(trained, lags=lags_for(self.num_groups, rule.momentum))
         return self._meter
 
     def _drop_missing(self, group: int, pending: _GroupStep) -> None:

@@ -4,16 +4,21 @@ themselves (closed loop, after YellowFin).
 Asynchrony begets momentum only in expectation: an update carries the gradient of one
 version, `tau` updates old, and averaged over `tau` a gradient's weight spreads over the
 updates after its version as momentum spreads it. So the meter measures that spread: on a
-fixed sample of coordinates, each update `d_t = x_{t+1} - x_t`, over its learning rate, is
-resolved into the gradients computed at the versions `t, t-1, ..., t-L`,
+fixed sample of coordinates, each update `d_t = x_{t+1} - x_t`, over the rate it applied,
+is resolved into the gradients computed at the versions `t, t-1, ..., t-L`,
 
     -d_t / lr_t = sum_l w_{t,l} g_{t-l}
 
 (least squares over the coordinates, each in units of its own gradients: exact when the
-update is made of those gradients, as the server's are). Averaged over the last `window`
-updates, `c_l = mean_t w_{t,l}` is the share of a version's gradients that lands `l`
-updates later: the staleness for plain SGD, a geometric tail for momentum `mu`, their
-convolution for both. The total momentum is the geometric decay of the same mean lag
+update is the rate times a combination of those gradients, as SGD's is over its learning
+rate). An adaptive optimizer's rate differs by coordinate (`Optimizer.applied_rate`):
+Adam's, `alpha_t / (sqrt(v_t) + epsilon)`, leaves its moving average of the gradients, so a
+synchronous Adam reads as its `beta_1` (the average's mean lag is heavy-ball momentum
+`beta_1`'s); the optimizers that give their learning rate only, whatever they do per
+coordinate, read approximately. Averaged over the last `window` updates,
+`c_l = mean_t w_{t,l}` is the share of a version's gradients that lands `l` updates later:
+the staleness for plain SGD, a geometric tail for momentum `mu`, their convolution for
+both. The total momentum is the geometric decay of the same mean lag
 `m = sum_l l c_l / sum_l c_l`, that is `m / (1 + m)`: 1 - 1/g for g groups taking turns,
 `mu` for synchronous SGD with momentum `mu`. Nothing here reads the staleness the server
 records, so the two check each other.
@@ -133,21 +138,49 @@ class MomentumMeter:
             start += len(indices)
         return sampled
 
+    @property
+    def variables(self) -> tuple[str, ...]:
+        """The variables sampled, in the order of `sample`'s vector."""
+        return tuple(self._indices)
+
+    def sample_of(self, name: str, array: np.ndarray) -> np.ndarray:
+        """The sampled coordinates of one array of variable `name` (its optimizer state,
+        say), in its own dtype."""
+        return np.ravel(array)[self._indices[name]]
+
+    def joined(self, values: Mapping[str, float | np.ndarray]) -> np.ndarray:
+        """Values of the sampled variables, each one number for all its sampled
+        coordinates or one per coordinate (as `sample_of` orders them), as one vector in
+        `sample`'s order."""
+        joined = np.empty(self._sampled)
+        start = 0
+        for name, indices in self._indices.items():
+            joined[start : start + len(indices)] = values[name]
+            start += len(indices)
+        return joined
+
     def record(
         self,
         version: int,
         gradients: Sequence[tuple[int, np.ndarray, float]],
-        learning_rate: float,
+        rate: float | np.ndarray,
         weights: Mapping[str, np.ndarray],
     ) -> None:
         """Records the update that took the weights from `version` to the next.
 
         `gradients` are the sampled gradients it combined, each with the version it was
-        computed at and its share of the combination; `learning_rate` the rate it was
-        applied with; `weights` the weights after it (nothing else changes them between
-        two updates: a restore starts a new meter).
+        computed at and its share of the combination; `rate` the rate it was applied
+        with, one for all coordinates or one for each sampled coordinate (`joined`; see
+        `Optimizer.applied_rate`); `weights` the weights after it (nothing else changes
+        them between two updates: a restore starts a new meter).
         """
         after = self.sample(weights)
+        # A coordinate whose rate is 0 or not finite (a schedule's rate of 0; Adam's over a
+        # moment of 0 with an epsilon of 0) says nothing of its gradients' make-up: it is
+        # left out of its update's resolution rather than turned into NaN or Inf shares.
+        followed = np.isfinite(rate) & (np.asarray(rate) > 0)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            update = np.where(followed, (self._weights - after) / rate, np.nan)
         with self._lock:
             for computed_at, gradient, share in gradients:
                 # Everything the workers computed at one version, as much of it as reached
@@ -155,8 +188,8 @@ class MomentumMeter:
                 # and steps of other groups at the same one.
                 part = gradient if share == 1 else share * gradient
                 self._gradients[computed_at] = self._gradients.get(computed_at, 0.0) + part
-            if learning_rate > 0:
-                self._updates[version] = (self._weights - after) / learning_rate
+            if followed.any():
+                self._updates[version] = update
             self._weights = after
             self._newest = max(self._newest, version)
             if version % PRUNE_EVERY:
@@ -219,7 +252,7 @@ def _resolve(update: np.ndarray, gradients: list[np.ndarray | None]) -> np.ndarr
     # Each coordinate's equation in units of its own gradients: a few large coordinates
     # would otherwise decide the fit alone.
     scale = np.sqrt(np.mean(np.square(x), axis=1))
-    used = scale > 0
+    used = (scale > 0) & np.isfinite(update)
     x, update = x[used] / scale[used, None], update[used] / scale[used]
     normal = x.T @ x
     # A version without gradients: the tiny ridge leaves its share at zero instead of

@@ -10,6 +10,7 @@ from omnikeras.launcher.launcher import server_args
 from omnikeras.parameter_server.groups import GroupCoordinator
 from omnikeras.parameter_server.model_state import ModelState
 from omnikeras.parameter_server.momentum_meter import MIN_UPDATES, MomentumMeter, lags_for
+from omnikeras.parameter_server.optimizers import Step, optimizer_named
 from omnikeras.parameter_server.update_rule import Hyperparameters
 
 DIM = 2000
@@ -37,6 +38,66 @@ def _train(
         recorder.record(version, [(held[group], recorder.sample({"w": gradient}), 1.0)], 0.05, {"w": x})
         versions[version + 1], held[group] = x.copy(), version + 1
     return recorder
+
+
+def _train_adam(groups: int, beta_1: float, updates: int, settings: "dict[str, float] | None" = None) -> MomentumMeter:
+    """The server's Adam on a noisy quadratic whose gradients' sizes span 100 times over
+    the coordinates, `groups` groups taking turns as in `_train`; the meter divides each
+    update by Adam's rate of each coordinate."""
+    rng = np.random.default_rng(0)
+    curvature, sizes = rng.uniform(0.1, 1.0, DIM), rng.permutation(np.logspace(-1, 1, DIM))
+    adam = optimizer_named("Adam", settings)
+    x = rng.normal(size=DIM)
+    slots = adam.slots(x, Step(0.01, beta_1, 0))
+    meter = MomentumMeter({"w": x}, lags=lags_for(groups, beta_1))
+    held, versions = [0] * groups, {0: x.copy()}
+    for version in range(updates):
+        group = version % groups
+        gradient = sizes * (curvature * versions[held[group]] + rng.normal(size=DIM))
+        step = Step(0.01, beta_1, version)
+        x, slots = adam.update(x, gradient, slots, step)
+        sampled = {slot: meter.sample_of("w", slots[slot]) for slot in adam.rate_slots()}
+        rate = meter.joined({"w": adam.applied_rate(step, sampled)})
+        meter.record(version, [(held[group], meter.sample({"w": gradient}), 1.0)], rate, {"w": x})
+        versions[version + 1], held[group] = x.copy(), version + 1
+    return meter
+
+
+@pytest.mark.parametrize("settings", [{}, {"amsgrad": 1.0}])
+@pytest.mark.parametrize("beta_1", [0.0, 0.6])
+def test_synchronous_adam_is_measured_as_its_beta_1(beta_1: float, settings: dict[str, float]) -> None:
+    # Its moving average's mean lag, beta_1 / (1 - beta_1), is heavy-ball beta_1's.
+    assert _train_adam(1, beta_1, updates=300, settings=settings).total_momentum() == pytest.approx(beta_1, abs=0.02)
+
+
+def test_adam_in_groups_taking_turns_brings_one_minus_one_over_g() -> None:
+    assert _train_adam(2, 0.0, updates=300).total_momentum() == pytest.approx(0.5, abs=0.02)
+
+
+@pytest.mark.parametrize("settings", [{}, {"amsgrad": 1.0}])
+def test_adams_update_over_its_applied_rate_is_its_moving_average(settings: dict[str, float]) -> None:
+    rng = np.random.default_rng(0)
+    adam, x = optimizer_named("Adam", settings), rng.normal(size=100)
+    slots = adam.slots(x, Step(0.01, 0.9, 0))
+    for iteration in range(5):
+        step = Step(0.01, 0.9, iteration)
+        after, slots = adam.update(x, rng.normal(size=100) * 10.0 ** rng.uniform(-2, 2, 100), slots, step)
+        rate = adam.applied_rate(step, {slot: slots[slot] for slot in adam.rate_slots()})
+        np.testing.assert_allclose((x - after) / rate, slots["momentum"], rtol=1e-9)
+        x = after
+
+
+def test_coordinates_with_a_rate_of_zero_or_not_finite_are_left_out() -> None:
+    rng = np.random.default_rng(0)
+    x = np.zeros(DIM)
+    meter = MomentumMeter({"w": x})
+    rate = np.full(len(meter.sample({"w": x})), 0.1)
+    rate[:50], rate[50:100], rate[100:150] = 0.0, np.nan, np.inf
+    for version in range(80):  # synchronous SGD, no momentum
+        g = rng.normal(size=DIM)
+        x = x - 0.1 * g
+        meter.record(version, [(version, meter.sample({"w": g}), 1.0)], rate, {"w": x})
+    assert meter.total_momentum() == pytest.approx(0.0, abs=0.02)
 
 
 @pytest.mark.parametrize("groups", [1, 2, 4, 8])
@@ -96,6 +157,28 @@ def test_the_server_reports_the_momentum_of_its_groups_and_forgets_it_on_restore
     assert coordinator.stats().total_momentum == pytest.approx(0.75, abs=0.05)
     coordinator.restore_snapshot("start")
     assert math.isnan(coordinator.stats().total_momentum)
+
+
+@pytest.mark.parametrize(("groups", "beta_1", "expected"), [(1, 0.6, 0.6), (2, 0.0, 0.5)])
+def test_the_server_measures_adam_over_its_rate_of_each_coordinate(groups: int, beta_1: float, expected: float) -> None:
+    # A statistic (a moving mean) besides: it takes the changes pushed, has no optimizer
+    # state and is left out of the measurement.
+    rule = Hyperparameters(
+        0.01, momentum=beta_1, optimizer="Adam", statistics=frozenset({"mean"}), compensate_asynchrony=False
+    )
+    coordinator = GroupCoordinator(ModelState(rule), num_groups=groups, measure_momentum=True)
+    rng = np.random.default_rng(0)
+    sizes = rng.permutation(np.logspace(-1, 1, DIM)).astype(np.float32)
+    coordinator.initialize({"w": rng.normal(size=DIM).astype(np.float32), "mean": np.zeros(DIM, np.float32)}, rule)
+    workers = [coordinator.register()[0] for _ in range(groups)]
+    held = dict.fromkeys(workers, 0)
+    for step in range(1, 301 // groups):
+        for worker in workers:
+            gradient = sizes * (coordinator.model.weights["w"] + rng.normal(size=DIM).astype(np.float32))
+            change = rng.normal(size=DIM).astype(np.float32)
+            result = coordinator.push(worker, step, held[worker], 1, {"w": gradient, "mean": change})
+            held[worker] = result.model_version
+    assert coordinator.stats().total_momentum == pytest.approx(expected, abs=0.03)
 
 
 def test_a_new_layout_or_momentum_starts_a_new_measurement() -> None:

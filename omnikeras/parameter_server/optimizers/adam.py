@@ -6,9 +6,13 @@ applies the weight decay both take before it):
     v += (gradient ** 2 - v) * (1 - beta_2)
     v_hat = max(v_hat, v)                                   (amsgrad; v_hat replaces v)
     weight -= m * alpha / (sqrt(v) + epsilon)
+
+Its `applied_rate`, `alpha / (sqrt(v) + epsilon)`, is what the momentum meter divides an
+update by: the update over it is `m`, a combination of gradients.
 """
 
 import math
+from collections.abc import Mapping
 from typing import ClassVar
 
 import numpy as np
@@ -79,6 +83,15 @@ class Adam(Optimizer):
         g += cast(weight, self.settings["epsilon"])
         np.divide(m, g, out=g)
         axpy(g, w, a=-self._alpha(weight.dtype, step))
+
+    def rate_slots(self) -> tuple[str, ...]:
+        return ("velocity_hat",) if self.flag("amsgrad") else ("velocity",)
+
+    def applied_rate(self, step: Step, slots: Mapping[str, np.ndarray]) -> np.ndarray:
+        # The update is `m` at this rate, and `m` an average of gradients: over it, an
+        # update resolves into gradients as SGD's does over its learning rate.
+        v = slots[self.rate_slots()[0]]
+        return self._alpha(v.dtype, step) / (np.sqrt(v) + cast(v, self.settings["epsilon"]))
 
     def _alpha(self, dtype: np.dtype, step: Step) -> np.floating:
         """The step size with both bias corrections, computed in the weight's dtype."""

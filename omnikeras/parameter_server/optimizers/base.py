@@ -109,6 +109,23 @@ class Optimizer(abc.ABC):
         for optimizers whose `bounds_after` says when that is safe."""
         raise NotImplementedError(f"{self.name} computes its updates into new arrays")
 
+    def rate_slots(self) -> tuple[str, ...]:
+        """The state `applied_rate` reads: the momentum meter samples these only."""
+        return ()
+
+    def applied_rate(self, step: Step, slots: Mapping[str, np.ndarray]) -> float | np.ndarray:
+        """The rate each coordinate's update applied: what the momentum meter divides an
+        update by to resolve it into the gradients it combined (`momentum_meter`).
+
+        `slots` holds the `rate_slots` of the state after the update, on the meter's
+        sampled coordinates only; the result is one rate for them all or one for each.
+        The learning rate by default: exact for SGD, with or without momentum, whose
+        update is the learning rate times a combination of gradients. The optimizers
+        that scale or shape the step otherwise and keep the default (RMSprop, Adagrad,
+        Nadam, Lion, Muon, ...) leave the meter's reading approximate.
+        """
+        return step.learning_rate
+
     def flag(self, key: str) -> bool:
         return self.settings[key] == 1.0
 
