@@ -34,11 +34,11 @@ exchange_seconds = 0.0
 push_pull = worker.push_pull
 
 
-def timed_push_pull(*gradients: np.ndarray) -> list[np.ndarray]:
+def timed_push_pull(*arrays: np.ndarray, **options: bool) -> list[np.ndarray]:
     global exchange_seconds
     started = time.perf_counter()
     try:
-        return push_pull(*gradients)
+        return push_pull(*arrays, **options)
     finally:
         exchange_seconds += time.perf_counter() - started
 
