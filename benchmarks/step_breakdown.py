@@ -1,8 +1,9 @@
 """Where the time of a training step through the parameter server goes.
 
 Trains one model (the main job's CNN, or `--model reference`) in this process, batch 64,
-against an `omnikeras ps` process of its own, in four ways that alternate round after
-round: plain Keras; `GroupedAsyncStrategy` whose client is replaced by one that hands back
+with SGD(0.01, momentum 0.9) or Keras' default Adam (`--optimizer adam`), against an
+`omnikeras ps` process of its own, in four ways that alternate round after round: plain
+Keras; `GroupedAsyncStrategy` whose client is replaced by one that hands back
 weights prepared beforehand (what the hook and the worker cost alone); the
 strategy over gRPC; the strategy through shared memory (the default on one host). For
 the two real exchanges it times, per step, the exchange as the step sees it (the
@@ -14,7 +15,7 @@ milliseconds per step: `{"plain_ms", "hook_only_ms", "grpc_ms", "shared_memory_m
 "grpc_exchange_ms", "shared_memory_exchange_ms", "shared_memory_copy_in_ms",
 "shared_memory_wait_ms", "server_update_ms"}`.
 
-    .venv/bin/python benchmarks/step_breakdown.py [--model reference] [--quick]
+    .venv/bin/python benchmarks/step_breakdown.py [--model reference] [--optimizer adam] [--quick]
 """
 
 import argparse
@@ -123,6 +124,7 @@ def log(message: str) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", choices=sorted(MODELS), default="main")
+    parser.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
     parser.add_argument("--quick", action="store_true", help="one short round, for a correctness check")
     args = parser.parse_args()
     rounds, steps, warmup = (1, 12, 4) if args.quick else (5, 200, 20)
@@ -139,7 +141,8 @@ def main() -> int:
 
     def compiled() -> keras.Model:
         model = build()
-        model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9), loss="sparse_categorical_crossentropy")
+        optimizer = keras.optimizers.SGD(0.01, momentum=0.9) if args.optimizer == "sgd" else keras.optimizers.Adam()
+        model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy")
         return model
 
     servers = []
@@ -178,7 +181,10 @@ def main() -> int:
 
     step = {name: statistics.median(values) for name, values in step_ms.items()}
     exchange = {name: statistics.median(values) for name, values in exchange_ms.items()}
-    log(f"\n{args.model} CNN ({models['plain'].count_params():,} parameters), batch {BATCH}, medians of {rounds} rounds:")
+    log(
+        f"\n{args.model} CNN ({models['plain'].count_params():,} parameters) with {args.optimizer}, batch {BATCH}, "
+        f"medians of {rounds} rounds:"
+    )
     for name, label in (
         ("plain", "plain Keras"),
         ("hook only", "strategy, exchange replaced"),

@@ -58,9 +58,10 @@ Each figure is the median of `--repeats` runs (the runs of one setting follow ea
 single runs move by tens of seconds on a shared machine). The last line of stdout is one
 JSON object with these keys. `--quick` runs the same on digits (95% accuracy) and on two
 emulated hosts of half a core, once each, for a correctness check; `--emulated-only`
-leaves this host's runs out, `--host-only` the emulated cluster's. The logs and the tuner's studies stay in `--log-dir`.
+leaves this host's runs out, `--host-only` the emulated cluster's, and `--optimizer sgd`
+(or `adam`) the other optimizer's runs and figures. The logs and the tuner's studies stay in `--log-dir`.
 
-    .venv/bin/python benchmarks/time_to_accuracy.py [--quick] [--repeats 3] [--spec mixed --emulated-only | --host-only]
+    .venv/bin/python benchmarks/time_to_accuracy.py [--quick] [--repeats 3] [--spec mixed --emulated-only | --host-only] [--optimizer adam]
     .venv/bin/python benchmarks/time_to_accuracy.py --oracle [--spec mixed]
 """
 
@@ -143,8 +144,12 @@ def main() -> int:
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--emulated-only", action="store_true", help="leave this host's runs out")
     where.add_argument("--host-only", action="store_true", help="leave the emulated cluster's runs out")
+    parser.add_argument(
+        "--optimizer", choices=("sgd", "adam"), help="only the runs with this optimizer and their figures (default: both)"
+    )
     parser.add_argument("--oracle", action="store_true", help="the oracle sweep on --spec and the tuned run beside it")
     args = parser.parse_args()
+    sgd, adam = args.optimizer in (None, "sgd"), args.optimizer in (None, "adam")
     repeats = args.repeats or (1 if args.quick else 3)
     log_dir = args.log_dir or pathlib.Path(f"runs/time-to-accuracy-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     # A fresh directory: servers started on old checkpoints would resume from them.
@@ -181,20 +186,23 @@ def main() -> int:
         return oracle_sweep(spec_arg, repeats, launch, emulated)
 
     results: dict[str, Outcome] = {}
-    if not args.emulated_only:
+    if not args.emulated_only and sgd:
         results |= {
             "plain_sgd_s": median_of("plain_sgd", [worker, *common, "--plain"], repeats),
-            "plain_adam_s": median_of("plain_adam", [worker, *common, "--plain", "--adam"], repeats),
-            "omnikeras_adam_s": launch("omnikeras_adam", "--workers", "1", extra=("--adam",)),
             "sync_s": launch("sync", "--workers", "4", "--groups", "1"),
             "async_s": launch("async", "--workers", "4", "--groups", "4", "--no-merge"),
             "omnivore_s": launch("omnivore", "--workers", "1", tuned=True),
         }
+    if not args.emulated_only and adam:
+        results |= {
+            "plain_adam_s": median_of("plain_adam", [worker, *common, "--plain", "--adam"], repeats),
+            "omnikeras_adam_s": launch("omnikeras_adam", "--workers", "1", extra=("--adam",)),
+        }
     missing = ["left out by --host-only"] if args.host_only else missing_requirements(ClusterSpec.load(spec_arg))
     if missing:
         log(f"no emulated cluster runs ({'; '.join(missing)}): their figures are left out")
-    else:
-        on_cluster = ("--emulate", spec_arg)
+    on_cluster = ("--emulate", spec_arg)
+    if not missing and sgd:
         results |= {
             "emulated_sync_s": launch("emulated_sync", *on_cluster, "--groups", "1", extra=emulated),
             "emulated_async_s": launch(
@@ -205,23 +213,24 @@ def main() -> int:
                 "emulated_omnivore", *on_cluster, "--groups", str(hosts), tuned=True, extra=emulated
             ),
         }
-        if not args.quick:
-            adam = (*emulated, "--adam")
-            results |= {
-                "emulated_adam_sync_s": launch("emulated_adam_sync", *on_cluster, "--groups", "1", extra=adam),
-                "emulated_adam_async_s": launch("emulated_adam_async", *on_cluster, "--groups", str(hosts), extra=adam),
-                "emulated_adam_omnivore_s": launch(
-                    "emulated_adam_omnivore", *on_cluster, "--groups", str(hosts), tuned=True, extra=adam
-                ),
-            }
+    if not missing and adam and not args.quick:
+        with_adam = (*emulated, "--adam")
+        results |= {
+            "emulated_adam_sync_s": launch("emulated_adam_sync", *on_cluster, "--groups", "1", extra=with_adam),
+            "emulated_adam_async_s": launch("emulated_adam_async", *on_cluster, "--groups", str(hosts), extra=with_adam),
+            "emulated_adam_omnivore_s": launch(
+                "emulated_adam_omnivore", *on_cluster, "--groups", str(hosts), tuned=True, extra=with_adam
+            ),
+        }
     log(f"logs and the tuner's studies in {log_dir}")
     figures: dict[str, float] = {key: round(outcome.seconds, 1) for key, outcome in results.items()}
-    if not args.emulated_only:
+    if "omnivore_s" in results:
         best_host = min(("plain_sgd_s", "sync_s"), key=lambda key: results[key].seconds)
         figures["omnivore_over_best_host"] = round(results["omnivore_s"].seconds / results[best_host].seconds, 3)
         _say_bound("omnivore_over_best_host", results, "omnivore_s", (best_host,))
+    if "omnikeras_adam_s" in results:
         figures["omnikeras_adam_over_plain_adam"] = round(results["omnikeras_adam_s"].seconds / results["plain_adam_s"].seconds, 3)
-    if not missing:
+    if "emulated_omnivore_s" in results:
         default = min(("emulated_sync_s", "emulated_async_s"), key=lambda key: results[key].seconds)
         figures["emulated_default_over_omnivore"] = round(
             results[default].seconds / results["emulated_omnivore_s"].seconds, 2
@@ -232,19 +241,19 @@ def main() -> int:
             oracle = json.loads(oracle_file.read_text())
             log(f"the oracle: {oracle['best']} in {oracle['best_s']} s, swept at commit {oracle['commit']}")
             figures["emulated_omnivore_over_oracle"] = round(results["emulated_omnivore_s"].seconds / oracle["best_s"], 3)
-        if "emulated_adam_omnivore_s" in results:
-            adam_default = min(("emulated_adam_sync_s", "emulated_adam_async_s"), key=lambda key: results[key].seconds)
-            figures["emulated_adam_default_over_omnivore"] = round(
-                results[adam_default].seconds / results["emulated_adam_omnivore_s"].seconds, 2
-            )
-            _say_bound(
-                "emulated_adam_default_over_omnivore", results, "emulated_adam_omnivore_s",
-                ("emulated_adam_sync_s", "emulated_adam_async_s"),
-            )
         sync, compensated = results["emulated_sync_s"], results["emulated_compensated_s"]
         figures["emulated_compensated_over_sync_updates"] = round(compensated.updates / sync.updates, 2)
         if not (sync.reached and compensated.reached):
             log("emulated_compensated_over_sync_updates: a run did not reach the target, so the figure counts its updates until it stopped")
+    if "emulated_adam_omnivore_s" in results:
+        adam_default = min(("emulated_adam_sync_s", "emulated_adam_async_s"), key=lambda key: results[key].seconds)
+        figures["emulated_adam_default_over_omnivore"] = round(
+            results[adam_default].seconds / results["emulated_adam_omnivore_s"].seconds, 2
+        )
+        _say_bound(
+            "emulated_adam_default_over_omnivore", results, "emulated_adam_omnivore_s",
+            ("emulated_adam_sync_s", "emulated_adam_async_s"),
+        )
     print(json.dumps(figures))
     return 0
 

@@ -245,8 +245,9 @@ class ModelState:
         rule = self.hyperparameters
         if name in rule.statistics:
             return dataclasses.replace(before, weight=before.weight + change)
-        decay = abs(1 - step.learning_rate * rule.weight_decay_of(name))
-        before = dataclasses.replace(before, weight=before.weight * decay)
+        weight_decay = rule.weight_decay_of(name)
+        if weight_decay:
+            before = dataclasses.replace(before, weight=before.weight * abs(1 - step.learning_rate * weight_decay))
         return rule.optimizer_of(name).bounds_after(before, change, step, weight.dtype)
 
     def weight_chunks(self) -> "_EncodedWeights":

@@ -4,6 +4,7 @@ Prints one line `RESULT {json}` with what the tests check.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -58,11 +59,8 @@ def build() -> keras.Model:
     return model
 
 
-if strategy is None:
+with strategy.scope() if strategy else contextlib.nullcontext():
     model = build()
-else:
-    with strategy.scope():
-        model = build()
 
 callbacks: list[keras.callbacks.Callback] = []
 second_worker = strategy is not None and strategy.config.worker_index == 1

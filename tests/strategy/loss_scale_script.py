@@ -7,6 +7,7 @@ this worker's steps, among others.
 """
 
 import argparse
+import contextlib
 import json
 import time
 
@@ -41,11 +42,8 @@ def build() -> keras.Model:
     return model
 
 
-if strategy is None:
+with strategy.scope() if strategy else contextlib.nullcontext():
     model = build()
-else:
-    with strategy.scope():
-        model = build()
 scales: list[float] = []
 
 

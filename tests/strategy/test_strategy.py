@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 
 import keras
 import numpy as np
@@ -106,19 +107,37 @@ def test_shared_memory_and_grpc_train_bit_identical_models() -> None:
         np.testing.assert_array_equal(through_memory, through_grpc)
 
 
-def _two_layer_model(strategy: omnikeras.GroupedAsyncStrategy) -> keras.Model:
+def _two_layer_model(
+    strategy: omnikeras.GroupedAsyncStrategy, optimizer: Callable[[], keras.optimizers.Optimizer] | None = None
+) -> keras.Model:
     with strategy.scope():
         model = keras.Sequential([
             keras.Input((4,)),
             keras.layers.Dense(8, activation="relu"),
             keras.layers.Dense(3, activation="softmax"),
         ])
-        model.compile(optimizer=keras.optimizers.SGD(0.3, momentum=0.5), loss="sparse_categorical_crossentropy")
+        model.compile(
+            optimizer=optimizer() if optimizer else keras.optimizers.SGD(0.3, momentum=0.5),
+            loss="sparse_categorical_crossentropy",
+        )
     return model
 
 
-@pytest.mark.parametrize("shared_memory", [True, False])
-def test_gradients_written_ahead_train_the_same_bits_as_one_push(monkeypatch, shared_memory: bool) -> None:
+@pytest.mark.parametrize(
+    ("shared_memory", "optimizer"),
+    [
+        (True, lambda: keras.optimizers.SGD(0.3, momentum=0.5)),
+        (False, lambda: keras.optimizers.SGD(0.3, momentum=0.5)),
+        (True, lambda: keras.optimizers.Adam(0.05)),
+        (True, lambda: keras.optimizers.Adagrad(0.3)),
+    ],
+    ids=["sgd-shared-memory", "sgd-grpc", "adam-shared-memory", "adagrad-shared-memory"],
+)
+def test_gradients_written_ahead_train_the_same_bits_as_one_push(
+    monkeypatch, shared_memory: bool, optimizer: Callable[[], keras.optimizers.Optimizer]
+) -> None:
+    """Gradients written ahead of the push train the same bits as one push of them all,
+    under optimizers updated in place (SGD, Adam) and on new arrays (Adagrad)."""
     trained = {}
     for written_ahead in (True, False):
         if not written_ahead:
@@ -131,8 +150,10 @@ def test_gradients_written_ahead_train_the_same_bits_as_one_push(monkeypatch, sh
             client = strategy.worker.client
             written: list[list[str]] = []
             write_ahead = client.write_ahead
-            monkeypatch.setattr(client, "write_ahead", lambda gradients: (written.append(sorted(gradients)), write_ahead(gradients)))
-            model = _two_layer_model(strategy)
+            monkeypatch.setattr(
+                client, "write_ahead", lambda gradients: (written.append(sorted(gradients)), write_ahead(gradients))
+            )
+            model = _two_layer_model(strategy, optimizer)
             model.fit(*_data(), batch_size=32, epochs=3, verbose=0)
             # The later layer's kernel and bias went ahead at every step.
             later = sorted(v.path for v in model.layers[1].trainable_variables)

@@ -11,6 +11,7 @@ Its `applied_rate`, `alpha / (sqrt(v) + epsilon)`, is what the momentum meter di
 update by: the update over it is `m`, a combination of gradients.
 """
 
+import functools
 import math
 from collections.abc import Mapping
 from typing import ClassVar
@@ -94,13 +95,19 @@ class Adam(Optimizer):
         return self._alpha(v.dtype, step) / (np.sqrt(v) + cast(v, self.settings["epsilon"]))
 
     def _alpha(self, dtype: np.dtype, step: Step) -> np.floating:
-        """The step size with both bias corrections, computed in the weight's dtype."""
-        local_step = dtype.type(step.iteration + 1)
-        return (
-            dtype.type(step.learning_rate)
-            * np.sqrt(1 - np.power(dtype.type(self.settings["beta_2"]), local_step))
-            / (1 - np.power(dtype.type(step.momentum), local_step))
-        )
+        return _step_size(dtype, step.learning_rate, step.momentum, self.settings["beta_2"], step.iteration)
+
+
+# Every variable of an update asks for it twice (its bound, its update): one computation.
+@functools.lru_cache(maxsize=8)
+def _step_size(dtype: np.dtype, learning_rate: float, beta_1: float, beta_2: float, iteration: int) -> np.floating:
+    """Adam's step size with both bias corrections, computed in the weight's dtype."""
+    local_step = dtype.type(iteration + 1)
+    return (
+        dtype.type(learning_rate)
+        * np.sqrt(1 - np.power(dtype.type(beta_2), local_step))
+        / (1 - np.power(dtype.type(beta_1), local_step))
+    )
 
 
 class AdamW(Adam):
