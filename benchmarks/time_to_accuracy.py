@@ -157,6 +157,8 @@ def main() -> int:
     worker = str(WORKER_SCRIPT)
     if args.oracle and args.quick:
         parser.error("--oracle sweeps the full run's model and cluster; it has no --quick form")
+    if args.oracle and args.optimizer == "adam":
+        parser.error("--oracle sweeps SGD's learning rates and momenta; it has no --optimizer adam form")
     if args.quick:
         common = ["--dataset", "digits", "--target-accuracy", "0.95", "--max-seconds", "60", "--batch-size", "32",
                   "--epochs", "20", "--check-every", "1"]
