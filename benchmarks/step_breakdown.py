@@ -8,7 +8,9 @@ weights prepared beforehand (what the hook and the worker cost alone); the
 strategy over gRPC; the strategy through shared memory (the default on one host). For
 the two real exchanges it times, per step, the exchange as the step sees it (the
 `numpy_function` body), and inside it the copy of the gradients into the segment and the
-wait for the server's reply; the server reports its own mean time per update.
+wait for the server's reply; the server reports its own mean time per update. Each way's
+cost over plain Keras in the table is the median over the rounds of its difference from
+plain Keras in the same round, since the machine's speed drifts between rounds.
 
 Progress and the table go to stderr; the last line of stdout is one JSON object of
 milliseconds per step: `{"plain_ms", "hook_only_ms", "grpc_ms", "shared_memory_ms",
@@ -180,6 +182,12 @@ def main() -> int:
             server.terminate()
 
     step = {name: statistics.median(values) for name, values in step_ms.items()}
+    # Each way against plain Keras in the same round: the machine's speed drifts from
+    # round to round by more than the differences measured.
+    added = {
+        name: statistics.median(v - p for v, p in zip(values, step_ms["plain"], strict=True))
+        for name, values in step_ms.items()
+    }
     exchange = {name: statistics.median(values) for name, values in exchange_ms.items()}
     log(
         f"\n{args.model} CNN ({models['plain'].count_params():,} parameters) with {args.optimizer}, batch {BATCH}, "
@@ -191,7 +199,7 @@ def main() -> int:
         ("gRPC", "strategy over gRPC"),
         ("shared memory", "strategy through shared memory"),
     ):
-        log(f"  {label:<32s}{step[name]:7.2f} ms/step (+{step[name] - step['plain']:.2f})")
+        log(f"  {label:<32s}{step[name]:7.2f} ms/step ({added[name]:+.2f} in the same round)")
     log(f"  the exchange over gRPC          {exchange['gRPC']:7.2f} ms")
     log(
         f"  the exchange, shared memory     {exchange['shared memory']:7.2f} ms: gradients into the segment "
