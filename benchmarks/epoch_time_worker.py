@@ -5,7 +5,9 @@ for `strategy_overhead.py`: launched, or with `--plain` as plain Keras.
 
 The script runs unchanged, with its metrics, validation and progress line. This wrapper
 adds one callback to its `fit`, which times each epoch from its start to the end of its
-validation, and prints `RESULT {"epoch_s": [..], "steps": [..]}` from the chief. With
+validation, and within it the first batch and the validation, and prints `RESULT
+{"epoch_s": [..], "first_batch_s": [..], "validation_s": [..], "steps": [..]}` from the
+chief. With
 `--plain`, `omnikeras.GroupedAsyncStrategy` is replaced by Keras' default strategy, so the
 same script trains in this one process as it would without omnikeras.
 """
@@ -29,15 +31,26 @@ class EpochClock(keras.callbacks.Callback):
     def __init__(self) -> None:
         super().__init__()
         self.epoch_s: list[float] = []
+        self.first_batch_s: list[float] = []
+        self.validation_s: list[float] = []
         self.steps: list[int] = []
         self._began = 0.0
+        self._validation_began = 0.0
         self._batches = 0
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         self._began, self._batches = time.perf_counter(), 0
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        if self._batches == 0:
+            self.first_batch_s.append(time.perf_counter() - self._began)
         self._batches += 1
+
+    def on_test_begin(self, logs: dict | None = None) -> None:
+        self._validation_began = time.perf_counter()
+
+    def on_test_end(self, logs: dict | None = None) -> None:
+        self.validation_s.append(time.perf_counter() - self._validation_began)
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         # Keras calls this after the epoch's validation.
@@ -75,7 +88,13 @@ def main() -> None:
     sys.argv = [script, *script_args]
     runpy.run_path(script, run_name="__main__")
     if chief:
-        print("RESULT " + json.dumps({"epoch_s": clock.epoch_s, "steps": clock.steps}), flush=True)
+        times = {
+            "epoch_s": clock.epoch_s,
+            "first_batch_s": clock.first_batch_s,
+            "validation_s": clock.validation_s,
+            "steps": clock.steps,
+        }
+        print("RESULT " + json.dumps(times), flush=True)
 
 
 if __name__ == "__main__":

@@ -149,7 +149,12 @@ def fit_through_server(
         (x, y, sample_weight), arguments["validation_data"] = data.split_validation(
             x, y, sample_weight, validation_split
         )
-    batch_size = arguments.pop("batch_size", None) or 32
+    batch_size = arguments.pop("batch_size", None)
+    if arguments.get("validation_batch_size") is None:
+        # Keras validates in batches of `batch_size` unless told otherwise; `fit` below
+        # reads the shares, without it.
+        arguments["validation_batch_size"] = batch_size
+    batch_size = batch_size or 32
     worker.join(batch_size)
     worker.remember_data(x, y, sample_weight)
     source = data.batch_source(

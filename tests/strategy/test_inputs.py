@@ -107,6 +107,38 @@ def test_a_generator_s_end_ends_the_epoch(server) -> None:
     assert strategy.worker.last_push.model_version == EXAMPLES // BATCH
 
 
+class ValidationBatches(keras.callbacks.Callback):
+    """Counts the validation's batches."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def on_test_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+        self.count += 1
+
+
+def _validation_batches(strategy: omnikeras.GroupedAsyncStrategy | None, validation_batch_size: int | None) -> int:
+    x, y = _data()
+    counter = ValidationBatches()
+    _weights(
+        strategy,
+        lambda model: model.fit(
+            x, y, batch_size=BATCH, epochs=1, validation_data=(x, y),
+            validation_batch_size=validation_batch_size, callbacks=[counter], verbose=0,
+        ),
+    )
+    return counter.count
+
+
+@pytest.mark.parametrize("validation_batch_size", [None, 8])
+def test_validation_runs_in_the_batches_plain_keras_runs_it_in(server, validation_batch_size: int | None) -> None:
+    plain = _validation_batches(None, validation_batch_size)
+    assert plain == EXAMPLES // (validation_batch_size or BATCH)
+    strategy = omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,)))
+    assert _validation_batches(strategy, validation_batch_size) == plain
+
+
 def test_inputs_keras_refuses_are_refused_with_its_reason(server) -> None:
     x, y = _data()
     strategy = omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,)))
