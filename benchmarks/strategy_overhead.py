@@ -19,7 +19,10 @@ run 3 epochs of which the last 2 are timed (the first traces the model), alterna
 likewise; each figure is the median over the rounds of the ratio of mean epoch times.
 
 The last line of stdout is one JSON object: `{"step_time_vs_plain_keras_main": ..,
-"step_time_vs_plain_keras_reference": .., "epoch_time_vs_plain_keras_main": ..}`.
+"step_time_vs_plain_keras_reference": .., "step_time_vs_plain_keras_adam": ..,
+"epoch_time_vs_plain_keras_main": .., "epoch_after_first_batch_vs_plain_keras_main": ..}`;
+the last is the epoch figure from each epoch's first batch on, which leaves out plain
+Keras' occasional wait of seconds for an epoch's first batch (see docs/benchmarks.md).
 Progress goes to stderr. `--quick` runs one short round, for a correctness check.
 
     .venv/bin/python benchmarks/strategy_overhead.py [--quick | --rounds 5]
@@ -69,6 +72,7 @@ def main() -> int:
         f"batch 64, {steps} steps a run, timed after {warmup}")
     ratios: dict[str, list[float]] = {case: [] for case in CASES}
     epoch_ratios: list[float] = []
+    epoch_ratios_after_first_batch: list[float] = []
     epoch_args = ["--fixed", "--epochs", "2" if args.quick else "3", *(["--examples", "1024"] if args.quick else [])]
     with tempfile.TemporaryDirectory() as log_dir:
         for round_index in range(rounds):
@@ -96,17 +100,22 @@ def main() -> int:
                     f"launched {launched['mean_step_s'] * 1e3:.2f} ms/step (median {launched['median_step_s'] * 1e3:.2f}, "
                     f"{'shared memory' if launched['shared_memory'] else 'gRPC'}), ratio {ratios[case][-1]:.3f}"
                 )
-            epoch_ratios.append(time_epochs(round_index, rounds, epoch_args, log_dir))
+            whole, after_first_batch = time_epochs(round_index, rounds, epoch_args, log_dir)
+            epoch_ratios.append(whole)
+            epoch_ratios_after_first_batch.append(after_first_batch)
     figures = {f"step_time_vs_plain_keras_{case}": round(statistics.median(ratios[case]), 3) for case in CASES}
     figures["epoch_time_vs_plain_keras_main"] = round(statistics.median(epoch_ratios), 3)
+    figures["epoch_after_first_batch_vs_plain_keras_main"] = round(statistics.median(epoch_ratios_after_first_batch), 3)
     print(json.dumps(figures))
     return 0
 
 
-def time_epochs(round_index: int, rounds: int, epoch_args: list[str], log_dir: str) -> float:
+def time_epochs(round_index: int, rounds: int, epoch_args: list[str], log_dir: str) -> tuple[float, float]:
     """One round of the main job's epochs, plain and launched, each with the environment
     users run it in (the launcher chooses the worker's threads; plain Keras takes
-    TensorFlow's defaults); the ratio of their mean epoch times after the first."""
+    TensorFlow's defaults); the ratio of their mean epoch times after the first, whole
+    and from each epoch's first batch on (plain Keras' first batch of an epoch sometimes
+    waits seconds for `tf.data`'s autotuning: see docs/benchmarks.md)."""
     env = dict(os.environ) | {"TF_CPP_MIN_LOG_LEVEL": "2"}
     plain_command = [sys.executable, str(EPOCH_SCRIPT), "--plain", str(MAIN_JOB), *epoch_args]
     launched_command = [
@@ -118,14 +127,25 @@ def time_epochs(round_index: int, rounds: int, epoch_args: list[str], log_dir: s
     else:
         launched, plain = run(launched_command, env), run(plain_command, env)
     plain_s, launched_s = statistics.fmean(plain["epoch_s"][1:]), statistics.fmean(launched["epoch_s"][1:])
+    plain_rest_s, launched_rest_s = (
+        statistics.fmean(e - f for e, f in zip(times["epoch_s"][1:], times["first_batch_s"][1:]))
+        for times in (plain, launched)
+    )
     # Launched, a pass leaves out the short last batch, which plain Keras trains: 937
     # steps against 938 for Fashion-MNIST at batch 64.
     log(
         f"round {round_index + 1}/{rounds}, the main job's epochs (validation included): "
         f"plain {plain_s:.2f} s ({plain['steps'][-1]} steps), launched {launched_s:.2f} s "
-        f"({launched['steps'][-1]} steps), ratio {launched_s / plain_s:.3f}"
+        f"({launched['steps'][-1]} steps), ratio {launched_s / plain_s:.3f}; first batches plain "
+        f"{_seconds(plain['first_batch_s'][1:])}, launched {_seconds(launched['first_batch_s'][1:])}; "
+        f"validations plain {_seconds(plain['validation_s'][1:])}, launched {_seconds(launched['validation_s'][1:])}; "
+        f"after the first batch, ratio {launched_rest_s / plain_rest_s:.3f}"
     )
-    return launched_s / plain_s
+    return launched_s / plain_s, launched_rest_s / plain_rest_s
+
+
+def _seconds(times: list[float]) -> str:
+    return "/".join(f"{t:.2f}" for t in times) + " s"
 
 
 if __name__ == "__main__":
