@@ -12,7 +12,11 @@
    of steps changes with the group layout, so the end of one epoch says nothing of the
    next (Keras would take the first epoch's steps for every later one and warn that the
    data ran out at each epoch's end).
-4. `LossScaleOptimizer._tf_apply`: Keras skips a step whose loss-scaled gradients,
+4. `TFOptimizer._all_reduce_sum_gradients`: with one local replica, the gradients go to
+   the step as backpropagation produces them. Keras' sum over the replicas is then the
+   gradient itself, but it joins every gradient in one op (`tf.custom_gradient`'s
+   `IdentityN`), so the gradients written ahead of the push would wait for the last one.
+5. `LossScaleOptimizer._tf_apply`: Keras skips a step whose loss-scaled gradients,
    combined across the replicas, overflow, and lowers the scale. A group's members are
    those replicas, but each sees only its own gradients: a member that overflows pushes
    anyway, flagged, so that its group step goes on and skips the update, and every
@@ -53,6 +57,7 @@ if keras.backend.backend() != "tensorflow":
 
 _original_update_step = TFOptimizer._distributed_tf_update_step
 _original_apply_weight_decay = TFOptimizer._apply_weight_decay
+_original_all_reduce_sum_gradients = TFOptimizer._all_reduce_sum_gradients
 _original_fit = TensorFlowTrainer.fit
 _original_catch_stop_iteration = TFEpochIterator.catch_stop_iteration
 _original_loss_scale_apply = LossScaleOptimizer._tf_apply
@@ -69,6 +74,14 @@ def _update_step(self: TFOptimizer, distribution: Any, grads_and_vars: list, lea
 def _apply_weight_decay(self: TFOptimizer, variables: list) -> None:
     if not isinstance(self._distribution_strategy, GroupedAsyncStrategy):
         _original_apply_weight_decay(self, variables)
+
+
+@functools.wraps(_original_all_reduce_sum_gradients)
+def _all_reduce_sum_gradients(self: TFOptimizer, grads_and_vars: list) -> list:
+    distribution = self._distribution_strategy
+    if isinstance(distribution, GroupedAsyncStrategy) and distribution.num_replicas_in_sync == 1:
+        return list(grads_and_vars)
+    return _original_all_reduce_sum_gradients(self, grads_and_vars)
 
 
 @functools.wraps(_original_fit)
@@ -164,6 +177,7 @@ def _apply_unscaled(optimizer: LossScaleOptimizer, grads: list, trainable_variab
 def install() -> None:
     TFOptimizer._distributed_tf_update_step = _update_step
     TFOptimizer._apply_weight_decay = _apply_weight_decay
+    TFOptimizer._all_reduce_sum_gradients = _all_reduce_sum_gradients
     TensorFlowTrainer.fit = _fit
     TFEpochIterator.catch_stop_iteration = _catch_stop_iteration
     LossScaleOptimizer._tf_apply = _loss_scale_apply

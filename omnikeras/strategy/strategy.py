@@ -27,13 +27,15 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
     and History. The other workers train silently on their own part of the data. When
     `fit` returns, every worker's model holds the server's final weights.
 
-    The model must be compiled with `keras.optimizers.SGD`: its learning rate (a number or
-    one of Keras' built-in schedules, which the server evaluates at its own iteration
-    count), momentum, Nesterov flag and weight decay become the server's update rule.
-    `LearningRateScheduler` and `ReduceLROnPlateau` on the chief change the server's rate.
-    Gradient clipping applies to each worker's gradients before its group combines them.
-    Settings the server cannot apply (`use_ema`, gradient accumulation, variable
-    constraints, custom schedules) raise an error when `fit` starts.
+    The optimizer the model was compiled with runs on the server: any of
+    `keras.optimizers`' built-in ones (SGD, Adam, AdamW, RMSprop, ..., given as an object
+    or by name, or inside a `LossScaleOptimizer`), with its learning rate (a number or one
+    of Keras' built-in schedules, which the server evaluates at its own iteration count),
+    its momentum-like setting and its weight decay. `LearningRateScheduler` and
+    `ReduceLROnPlateau` on the chief change the server's rate. Gradient clipping applies
+    to each worker's gradients before its group combines them. Settings the server cannot
+    apply (`use_ema`, gradient accumulation, variable constraints, custom schedules) raise
+    an error when `fit` starts.
 
     Asynchrony adds momentum of its own (about 1 - 1/g with g groups), and stale gradients
     make large steps unstable. With more than one group the servers compensate, unless

@@ -4,11 +4,13 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import omnikeras
 from omnikeras import ParameterServer, ParameterServerClient, WorkerConfig
@@ -164,6 +166,59 @@ def test_gradients_written_ahead_train_the_same_bits_as_one_push(
             server.stop()
     for ahead, at_once in zip(trained[True], trained[False]):
         np.testing.assert_array_equal(ahead, at_once)
+
+
+class _BackpropWaitsForTheWriteAhead(keras.layers.Layer):
+    """The identity, whose gradient at the n-th step waits (up to 10 s) until the n-th
+    step's gradients were written ahead; `waited` records whether they came in time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+        self.waited: list[bool] = []
+        self._written = threading.Condition()
+
+    def count_write(self) -> None:
+        with self._written:
+            self.writes += 1
+            self._written.notify_all()
+
+    def call(self, x: tf.Tensor) -> tf.Tensor:
+        @tf.custom_gradient
+        def gate(x: tf.Tensor) -> tuple[tf.Tensor, Callable]:
+            def wait(dy: np.ndarray) -> np.ndarray:
+                step = len(self.waited) + 1
+                with self._written:
+                    self.waited.append(self._written.wait_for(lambda: self.writes >= step, timeout=10.0))
+                return dy
+
+            def gradient(dy: tf.Tensor) -> tf.Tensor:
+                # Stateless, so that nothing but its input orders it in the step.
+                return tf.ensure_shape(tf.numpy_function(wait, [dy], dy.dtype, stateful=False), dy.shape)
+
+            return tf.identity(x), gradient
+
+        return gate(x)
+
+
+def test_gradients_are_written_ahead_while_backpropagation_computes_the_rest(monkeypatch, server) -> None:
+    """The later layer's gradients go to the client before the first layer's exist: the
+    first layer's backpropagation here cannot finish until they have."""
+    strategy = omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,)))
+    client, gate = strategy.worker.client, _BackpropWaitsForTheWriteAhead()
+    write_ahead = client.write_ahead
+    monkeypatch.setattr(client, "write_ahead", lambda gradients: (write_ahead(gradients), gate.count_write()))
+    with strategy.scope():
+        model = keras.Sequential([
+            keras.Input((4,)),
+            keras.layers.Dense(8, activation="relu"),
+            gate,
+            keras.layers.Dense(3, activation="softmax"),
+        ])
+        model.compile(optimizer=keras.optimizers.SGD(0.3), loss="sparse_categorical_crossentropy")
+    model.fit(*_data(), batch_size=32, epochs=1, verbose=0)
+    assert gate.waited == [True, True, True]
+    assert server.coordinator.stats().updates_applied == 3
 
 
 def test_the_model_keeps_no_memory_of_the_shared_segment(server) -> None:
