@@ -198,7 +198,9 @@ def plan_ray_cluster(
         shares = _profiled_shares(chosen, {node.node_id: node for node in nodes}, profile_of)
     else:
         shares = tuple(slot.num_cpus for slot in chosen)
-    environments = tuple(ThreadSettings(max(1, math.floor(slot.num_cpus)), 1).environment() for slot in chosen)
+    environments = tuple(
+        ThreadSettings(max(1, math.floor(slot.num_cpus)), 1).for_worker().environment() for slot in chosen
+    )
     message = (
         f"Ray cluster of {len(nodes)} node{'s' * (len(nodes) != 1)}: {ps_shards} parameter "
         f"server{'s' * (ps_shards != 1)}, {workers} worker{'s' * (workers != 1)} ({_count(chosen)}) "

@@ -65,6 +65,7 @@ def plan_workers(
         merge: Whether to merge co-located workers on a CPU host. Defaults to True.
         threads: Measured CPU thread settings for one process alone on the cores, used
             when the profile has none; None falls back to dividing the cores evenly.
+            Every worker gets two inter-op threads at least (`ThreadSettings.for_worker`).
 
     Example:
 
@@ -75,7 +76,7 @@ def plan_workers(
     if profile is not None and profile.cpu is not None and profile.cpu.intra_op_threads:
         threads = ThreadSettings(profile.cpu.intra_op_threads, profile.cpu.inter_op_threads or 1)
     if merge and gpus == 0:
-        shared = (threads or ThreadSettings(cores, 1)).shared_by(groups)
+        shared = (threads or ThreadSettings(cores, 1)).shared_by(groups).for_worker()
         if workers > groups:
             message = (
                 f"CPU host: the {workers} workers of {groups} group{'s' * (groups > 1)} run as {groups} "
@@ -93,7 +94,7 @@ def plan_workers(
     devices = _assign_devices(workers, profile, gpus)
     if throughputs is None and devices is not None:
         throughputs = [_share_of(device, devices) for device in devices]
-    per_process = threads.shared_by(workers) if threads else ThreadSettings(max(1, cores // workers), 1)
+    per_process = (threads.shared_by(workers) if threads else ThreadSettings(max(1, cores // workers), 1)).for_worker()
     environments = []
     for index in range(workers):
         environment = per_process.environment()
@@ -141,7 +142,7 @@ def plan_emulated_workers(spec: ClusterSpec, workers: int | None, groups: int) -
     hosts = len(spec.hosts)
     if groups > hosts:
         raise ValueError(f"{groups} groups need at least as many emulated hosts; spec {spec.name} has {hosts}")
-    environments = tuple(ThreadSettings(max(1, int(host.cores)), 1).environment() for host in spec.hosts)
+    environments = tuple(ThreadSettings(max(1, int(host.cores)), 1).for_worker().environment() for host in spec.hosts)
     caps = sorted({f"{host.cores:g}" for host in spec.hosts})
     message = (
         f"emulating {spec.name}: {hosts} hosts ({', '.join(caps)} cores), each one worker process, "

@@ -28,6 +28,18 @@ class ThreadSettings:
     def environment(self) -> dict[str, str]:
         return {"TF_NUM_INTRAOP_THREADS": str(self.intra_op), "TF_NUM_INTEROP_THREADS": str(self.inter_op)}
 
+    def for_worker(self) -> "ThreadSettings":
+        """These settings for a worker that trains through the parameter server: at least
+        two inter-op threads. The worker's exchange runs in `tf.numpy_function`s, each
+        holding an inter-op thread while it runs, and the one that hands over the later
+        layers' gradients runs during backpropagation: with a single inter-op thread the
+        rest of the step waits for it.
+
+        >>> ThreadSettings(4, 1).for_worker()
+        ThreadSettings(intra_op=4, inter_op=2)
+        """
+        return ThreadSettings(self.intra_op, max(2, self.inter_op))
+
     def shared_by(self, processes: int) -> "ThreadSettings":
         """The settings for each of `processes` processes that run at once on the cores
         these settings were measured on: the intra-op threads are divided among them, so

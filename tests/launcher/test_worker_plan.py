@@ -2,7 +2,8 @@
 
 import pytest
 
-from omnikeras.launcher.worker_plan import plan_workers
+from omnikeras.emulation.spec import ClusterSpec
+from omnikeras.launcher.worker_plan import plan_emulated_workers, plan_workers
 from omnikeras.profiles import ClusterProfile, DeviceProfile
 from omnikeras.profiles.threads import ThreadSettings
 
@@ -19,9 +20,25 @@ GPU1 = DeviceProfile("/GPU:1", "GPU", (16, 64), (1000.0, 1800.0))
 def test_a_cpu_host_runs_one_process_per_group_and_says_so() -> None:
     plan = plan_workers(4, 2, gpus=0, cores=8, threads=ThreadSettings(8, 1))
     assert (plan.num_workers, plan.merged, plan.throughputs) == (2, True, None)
-    assert plan.environments == ({"TF_NUM_INTRAOP_THREADS": "4", "TF_NUM_INTEROP_THREADS": "1"},) * 2
+    assert plan.environments == ({"TF_NUM_INTRAOP_THREADS": "4", "TF_NUM_INTEROP_THREADS": "2"},) * 2
     assert "the 4 workers of 2 groups run as 2 processes" in plan.message
     assert "--no-merge" in plan.message
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [
+        lambda: plan_workers(2, 2, gpus=0, cores=8, threads=ThreadSettings(8, 1)),
+        lambda: plan_workers(2, 2, gpus=0, cores=8),
+        lambda: plan_workers(4, 2, gpus=0, cores=8, merge=False, threads=ThreadSettings(8, 1)),
+        lambda: plan_workers(2, 1, gpus=1, cores=2),
+        lambda: plan_emulated_workers(ClusterSpec.load("mixed"), None, groups=1),
+    ],
+    ids=["merged", "merged-unmeasured", "one-per-worker", "gpu-host", "emulated"],
+)
+def test_every_worker_gets_two_inter_op_threads_at_least(plan) -> None:
+    # Its exchange holds one while backpropagation goes on.
+    assert {e["TF_NUM_INTEROP_THREADS"] for e in plan().environments} == {"2"}
 
 
 def test_the_profiles_thread_settings_win_over_the_cached_ones() -> None:
