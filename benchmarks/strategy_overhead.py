@@ -8,7 +8,8 @@ about 225K parameters) and the reference CNN (`omnikeras.profiles.reference_cnn`
 1.2M), both with SGD(0.01, momentum 0.9); and the main job's CNN with Keras' default Adam
 (its moments on the server, against plain Keras' Adam). Each run is a fresh process (`step_time_worker.py`) that trains on Fashion-MNIST
 with batch 64 and times its steps after a warm-up; both get the thread settings the
-launcher chooses on this machine. Plain and launched runs alternate, round after round,
+launcher measured for this machine, exported, so that the launched worker takes them as
+they are (its own choice would give it two inter-op threads at least). Plain and launched runs alternate, round after round,
 and each figure is the median over the rounds of launched mean step time / plain mean
 step time, so load that comes and goes on a shared machine weighs on both alike.
 
