@@ -7,10 +7,9 @@ through shared memory). Two models: the main job's CNN (`examples/fashion_mnist.
 about 225K parameters) and the reference CNN (`omnikeras.profiles.reference_cnn`, about
 1.2M), both with SGD(0.01, momentum 0.9); and the main job's CNN with Keras' default Adam
 (its moments on the server, against plain Keras' Adam). Each run is a fresh process (`step_time_worker.py`) that trains on Fashion-MNIST
-with batch 64 and times its steps after a warm-up. Plain Keras gets the thread settings
-the launcher measured as the fastest for one process alone on this machine, exported; the
-launched worker gets what the launcher chooses from them, as users get it (two inter-op
-threads at least: the exchange holds one while backpropagation goes on). Plain and launched runs alternate, round after round,
+with batch 64 and times its steps after a warm-up. Each runs with the threads users get:
+plain Keras TensorFlow's defaults, the launched worker what the launcher chooses (two
+inter-op threads at least: the exchange holds one while backpropagation goes on). Plain and launched runs alternate, round after round,
 and each figure is the median over the rounds of launched mean step time / plain mean
 step time, so load that comes and goes on a shared machine weighs on both alike.
 
@@ -67,13 +66,10 @@ def main() -> int:
     args = parser.parse_args()
     rounds, steps, warmup = (1, 12, 4) if args.quick else (args.rounds, 400, 40)
 
-    threads = cached_thread_settings(log)
-    launched_env = {k: v for k, v in os.environ.items() if not k.startswith("TF_NUM_")} | {"TF_CPP_MIN_LOG_LEVEL": "2"}
-    plain_env = launched_env | threads.environment()
-    worker_threads = threads.for_worker()
-    log(f"threads: plain Keras {threads.intra_op} intra-op and {threads.inter_op} inter-op, the launched worker "
-        f"{worker_threads.intra_op} and {worker_threads.inter_op} (the launcher's choice); "
-        f"batch 64, {steps} steps a run, timed after {warmup}")
+    worker_threads = cached_thread_settings(log).for_worker()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TF_NUM_")} | {"TF_CPP_MIN_LOG_LEVEL": "2"}
+    log(f"threads: plain Keras TensorFlow's defaults, the launched worker {worker_threads.intra_op} intra-op and "
+        f"{worker_threads.inter_op} inter-op (the launcher's choice); batch 64, {steps} steps a run, timed after {warmup}")
     ratios: dict[str, list[float]] = {case: [] for case in CASES}
     epoch_ratios: list[float] = []
     epoch_ratios_after_first_batch: list[float] = []
@@ -92,9 +88,9 @@ def main() -> int:
                 ]
                 # Alternating which goes first cancels a drift in the machine's load.
                 if round_index % 2 == 0:
-                    plain, launched = run(plain_command, plain_env), run(launched_command, launched_env)
+                    plain, launched = run(plain_command, env), run(launched_command, env)
                 else:
-                    launched, plain = run(launched_command, launched_env), run(plain_command, plain_env)
+                    launched, plain = run(launched_command, env), run(plain_command, env)
                 if launched["steps"] != steps or plain["steps"] != steps:
                     raise RuntimeError(f"expected {steps} steps, got {launched['steps']} and {plain['steps']}")
                 ratios[case].append(launched["mean_step_s"] / plain["mean_step_s"])
