@@ -67,6 +67,7 @@ def main() -> int:
     rounds, steps, warmup = (1, 12, 4) if args.quick else (args.rounds, 400, 40)
 
     worker_threads = cached_thread_settings(log).for_worker()
+    # The environment users run both in: no thread settings exported.
     env = {k: v for k, v in os.environ.items() if not k.startswith("TF_NUM_")} | {"TF_CPP_MIN_LOG_LEVEL": "2"}
     log(f"threads: plain Keras TensorFlow's defaults, the launched worker {worker_threads.intra_op} intra-op and "
         f"{worker_threads.inter_op} inter-op (the launcher's choice); batch 64, {steps} steps a run, timed after {warmup}")
@@ -100,7 +101,7 @@ def main() -> int:
                     f"launched {launched['mean_step_s'] * 1e3:.2f} ms/step (median {launched['median_step_s'] * 1e3:.2f}, "
                     f"{'shared memory' if launched['shared_memory'] else 'gRPC'}), ratio {ratios[case][-1]:.3f}"
                 )
-            whole, after_first_batch = time_epochs(round_index, rounds, epoch_args, log_dir)
+            whole, after_first_batch = time_epochs(round_index, rounds, epoch_args, log_dir, env)
             epoch_ratios.append(whole)
             epoch_ratios_after_first_batch.append(after_first_batch)
     figures = {f"step_time_vs_plain_keras_{case}": round(statistics.median(ratios[case]), 3) for case in CASES}
@@ -110,13 +111,12 @@ def main() -> int:
     return 0
 
 
-def time_epochs(round_index: int, rounds: int, epoch_args: list[str], log_dir: str) -> tuple[float, float]:
+def time_epochs(round_index: int, rounds: int, epoch_args: list[str], log_dir: str, env: dict[str, str]) -> tuple[float, float]:
     """One round of the main job's epochs, plain and launched, each with the environment
     users run it in (the launcher chooses the worker's threads; plain Keras takes
     TensorFlow's defaults); the ratio of their mean epoch times after the first, whole
     and from each epoch's first batch on (plain Keras' first batch of an epoch sometimes
     waits seconds for `tf.data`'s autotuning: see docs/benchmarks.md)."""
-    env = dict(os.environ) | {"TF_CPP_MIN_LOG_LEVEL": "2"}
     plain_command = [sys.executable, str(EPOCH_SCRIPT), "--plain", str(MAIN_JOB), *epoch_args]
     launched_command = [
         sys.executable, "-m", "omnikeras", "launch", "--workers", "1", "--groups", "1",
