@@ -315,9 +315,10 @@ class ParameterServerClient:
         replies = self._each(lambda i, s: s.call(lambda: s.stub.SetGroups(request, timeout=self.timeout, metadata=s.metadata)))
         return dict(replies[0].assignment)
 
-    def request_stop(self) -> None:
-        """Ends training for every worker: each is told so in its next push result."""
-        request = pb.RequestStopRequest()
+    def request_stop(self, history: str = "") -> None:
+        """Ends training for every worker: each is told so in its next push result.
+        `history` is the chief's History as JSON, which the others' `fit` returns."""
+        request = pb.RequestStopRequest(history_json=history)
         self._each(lambda i, s: s.call(lambda: s.stub.RequestStop(request, timeout=30, metadata=s.metadata)))
 
     def save_snapshot(self, name: str) -> None:

@@ -112,6 +112,7 @@ class GroupCoordinator:
         self._rejected_non_finite = 0
         self._workers_dropped = 0
         self._stop_requested = False
+        self._chief_history = ""
         self._layout_version = 0
         # Gradients computed before this version belong to weights a restore replaced.
         self._restored_at = 0
@@ -150,6 +151,9 @@ class GroupCoordinator:
                 raise ResourceExhausted(f"the server holds {MAX_WORKERS} registered workers at most")
             if group >= self.num_groups or group < -1:
                 raise InvalidArgument(f"group {group} is not in [0, {self.num_groups})")
+            if not self._workers:
+                # A new training: the last one's History is no longer the one to return.
+                self._chief_history = ""
             if worker_id == 0:
                 worker_id = self._next_worker_id
             self._next_worker_id = max(self._next_worker_id, worker_id + 1)
@@ -176,11 +180,13 @@ class GroupCoordinator:
             self._worker(worker_id)
             self._remove(worker_id)
 
-    def request_stop(self) -> None:
+    def request_stop(self, chief_history: str = "") -> None:
         """Tells every worker, in its next push result, that training is over; cleared
-        once no worker is left."""
+        once no worker is left. `chief_history` is the chief's History as JSON, which
+        `stats` hands to the other workers as they end too, until a new training begins."""
         with self._cond:
             self._stop_requested = bool(self._workers)
+            self._chief_history = chief_history
 
     def set_groups(self, num_groups: int, assignment: Mapping[int, int]) -> tuple[int, dict[int, int], int]:
         """Regroups between group steps: partial steps are applied first, so none is lost.
@@ -642,6 +648,7 @@ class GroupCoordinator:
                     for g in range(self.num_groups)
                 ),
                 mean_apply_seconds=self.model.apply_seconds_total / max(updates_applied, 1),
+                chief_history=self._chief_history,
                 **self._compensation_stats(),
             )
         # The meter resolves its updates as it is read: off the lock that every update takes.

@@ -38,6 +38,8 @@ _SERVICE = pb.DESCRIPTOR.services_by_name["ParameterServer"]
 _SPARE_GRADIENTS = 8
 # The longest a pull may wait for the model: every wait has a deadline.
 MAX_WAIT_SECONDS = 3600.0
+# The longest chief's History a server keeps (`RequestStopRequest.history_json`).
+MAX_HISTORY_CHARS = 1 << 20
 
 
 def _status_on_error(method: _Handler) -> _Handler:
@@ -180,7 +182,11 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
 
     @_status_on_error
     def RequestStop(self, request: pb.RequestStopRequest, context: grpc.ServicerContext) -> pb.RequestStopReply:
-        self.coordinator.request_stop()
+        if len(request.history_json) > MAX_HISTORY_CHARS:
+            raise InvalidArgument(
+                f"a History of {len(request.history_json)} characters is over the {MAX_HISTORY_CHARS} a server keeps"
+            )
+        self.coordinator.request_stop(request.history_json)
         logger.info("stop requested")
         return pb.RequestStopReply()
 

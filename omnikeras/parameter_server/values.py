@@ -149,6 +149,8 @@ class Stats:
     implicit_momentum: float = math.nan
     step_backoffs: int = 0
     step_share: float = math.nan
+    # The History of the chief's last `fit`, as JSON: `GroupCoordinator.request_stop`.
+    chief_history: str = ""
 
     @classmethod
     def from_proto(cls, reply: pb.StatsReply) -> "Stats":
@@ -170,6 +172,7 @@ class Stats:
             reply.implicit_momentum,
             reply.step_backoffs,
             reply.step_share,
+            reply.chief_history_json,
         )
 
     def to_proto(self) -> pb.StatsReply:
@@ -191,6 +194,7 @@ class Stats:
             implicit_momentum=self.implicit_momentum,
             step_backoffs=self.step_backoffs,
             step_share=self.step_share,
+            chief_history_json=self.chief_history,
         )
 
 

@@ -2,11 +2,13 @@
 of the data, and end with the server's final weights."""
 
 import inspect
+import json
 import warnings
 from collections.abc import Callable
 from typing import Any
 
 import keras
+import numpy as np
 
 from omnikeras.strategy import data
 from omnikeras.strategy.update_rule import learning_rate_of, server_update_rule, uses_schedule
@@ -46,6 +48,11 @@ class ClusterSync(keras.callbacks.Callback):
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         if self.worker.stop_requested:
             self.model.stop_training = True
+
+    def on_train_end(self, logs: dict | None = None) -> None:
+        # The weights as training left them: `ClusterLeave` tells from them whether a
+        # callback chose others (`EarlyStopping`'s best weights).
+        self.worker.weights_at_end = self.model.get_weights() if self.worker.config.is_chief else None
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         if logs is None or self.worker.last_push is None:
@@ -119,7 +126,10 @@ class PassProgress(keras.callbacks.ProgbarLogger):
 
 
 class ClusterLeave(keras.callbacks.Callback):
-    """Leaves the cluster when `fit` ends and takes the server's final weights.
+    """Leaves the cluster when `fit` ends and takes the server's final weights, unless a
+    callback on the chief chose the chief's (`EarlyStopping(restore_best_weights=True)`):
+    the chief keeps those. Every worker's `fit` returns the chief's History, which alone
+    holds the validation metrics.
 
     `fit` adds it by itself, last among the callbacks: the ones before it (a tuner) may
     still steer the cluster as training ends.
@@ -130,7 +140,31 @@ class ClusterLeave(keras.callbacks.Callback):
         self.worker = worker
 
     def on_train_end(self, logs: dict | None = None) -> None:
-        self.worker.finish(self.model)
+        history: keras.callbacks.History | None = getattr(self.model, "history", None)
+        chosen = self.model.get_weights() if self.worker.config.is_chief else None
+        left = self.worker.weights_at_end
+        chief_history = self.worker.finish(self.model, history_json(history) if self.worker.config.is_chief else "")
+        if chosen is not None and left is not None and not _same(chosen, left):
+            self.model.set_weights(chosen)
+        if not self.worker.config.is_chief and history is not None and chief_history:
+            history.epoch, history.history = history_from_json(chief_history)
+
+
+def history_json(history: keras.callbacks.History | None) -> str:
+    """`history`'s epochs and metrics as JSON ("" for none)."""
+    if history is None or not hasattr(history, "epoch"):
+        return ""
+    return json.dumps({"epoch": history.epoch, "history": history.history}, default=float)
+
+
+def history_from_json(text: str) -> tuple[list[int], dict[str, list]]:
+    """The epochs and metrics of a History that `history_json` wrote."""
+    parsed = json.loads(text)
+    return list(parsed["epoch"]), dict(parsed["history"])
+
+
+def _same(weights: list[np.ndarray], others: list[np.ndarray]) -> bool:
+    return len(weights) == len(others) and all(np.array_equal(a, b) for a, b in zip(weights, others))
 
 
 def fit_through_server(

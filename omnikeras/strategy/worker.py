@@ -70,6 +70,8 @@ class ClusterWorker:
         self._ahead: tuple[str, ...] = ()
         # What ended the last exchange with the servers, if it failed.
         self.failure: Exception | None = None
+        # The chief's weights as its last `fit` left them, before the callbacks' end.
+        self.weights_at_end: list[np.ndarray] | None = None
         # Set when this worker comes back after the chief ended training.
         self._training_over = False
         # Training examples in `fit`'s data (None for a dataset of unknown length), and the
@@ -428,13 +430,15 @@ class ClusterWorker:
 
     # Finishing ----------------------------------------------------------------------------
 
-    def finish(self, model: keras.Model) -> None:
+    def finish(self, model: keras.Model, history: str = "") -> str:
         """Leaves the cluster, waits for the others, and takes the server's final weights.
 
-        The chief ends training for everyone: the others stop at their next step.
+        The chief ends training for everyone, handing over its History as JSON
+        (`history`): the others stop at their next step. Returns the chief's History as
+        the server holds it ("" where the chief ended no training, or left none).
         """
         if self.config.is_chief:
-            self.client.request_stop()
+            self.client.request_stop(history)
         self.client.deregister()
         deadline = time.monotonic() + self.config.finish_timeout
         while self._workers_joined():
@@ -446,6 +450,7 @@ class ClusterWorker:
                 break
             time.sleep(_POLL_SECONDS)
         self.assign(model, self.client.pull().weights)
+        return self.client.stats()[0].chief_history
 
     def assign(self, model: keras.Model, weights: dict[str, np.ndarray]) -> None:
         for variable in [*model.trainable_variables, *self.statistics]:

@@ -10,6 +10,7 @@ import pytest
 from omnikeras import Hyperparameters, ParameterServerClient
 from omnikeras.parameter_server import tensors
 from omnikeras.parameter_server.errors import Refusal, refusal_of
+from omnikeras.parameter_server.servicer import MAX_HISTORY_CHARS
 from omnikeras.v1 import parameter_server_pb2 as pb
 from omnikeras.v1 import parameter_server_pb2_grpc as pb_grpc
 
@@ -252,3 +253,14 @@ def test_errors_quote_what_the_caller_sent_escaped_and_short(cluster, start_serv
     forged.Register(pb.RegisterRequest(host="evil\nINFO forged line"), timeout=30)
     log = server.stop()
     assert "forged line" in log and "\nINFO forged line" not in log
+
+
+def test_a_history_over_the_limit_is_refused_and_kept_out(cluster) -> None:
+    client, _, stub = cluster
+    with pytest.raises(grpc.RpcError) as raised:
+        stub.RequestStop(pb.RequestStopRequest(history_json="x" * (MAX_HISTORY_CHARS + 1)), timeout=30)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "History" in raised.value.details()
+    assert client.stats()[0].chief_history == ""
+    client.request_stop('{"epoch": [], "history": {}}')
+    assert client.stats()[0].chief_history == '{"epoch": [], "history": {}}'

@@ -350,3 +350,16 @@ def test_a_member_that_skips_its_update_makes_the_group_step_go_on_without_one()
     assert not results[-1].update_skipped and not results[-2].update_skipped
     np.testing.assert_array_equal(_weights(coordinator), np.full(3, -1.0, np.float32))
     assert coordinator.model.iterations == 1
+
+
+def test_the_chief_s_history_is_kept_for_the_others_until_a_new_training_begins() -> None:
+    coordinator = _coordinator()
+    chief, other = coordinator.register()[0], coordinator.register()[0]
+    assert coordinator.stats().chief_history == ""
+    coordinator.request_stop('{"epoch": [0], "history": {"val_loss": [0.5]}}')
+    coordinator.deregister(chief)
+    coordinator.deregister(other)
+    # The others read it once everyone has left.
+    assert coordinator.stats().chief_history == '{"epoch": [0], "history": {"val_loss": [0.5]}}'
+    coordinator.register()
+    assert coordinator.stats().chief_history == ""

@@ -1,0 +1,46 @@
+"""Trains a small model through the strategy with validation and
+`EarlyStopping(restore_best_weights=True)`, and writes what `fit` left on this worker:
+its History and, on the chief, whether it holds the best weights rather than the
+server's final ones.
+
+`mode="max"` makes the best epoch the one with the highest validation loss, the first in
+a run that learns: the weights Keras restores then differ from the last ones.
+"""
+
+import argparse
+import json
+import pathlib
+
+import keras
+import numpy as np
+
+import omnikeras
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--out", required=True)
+args = parser.parse_args()
+
+(x, y), (x_val, y_val) = omnikeras.datasets.digits()
+x, y = x[:512], y[:512]
+strategy = omnikeras.GroupedAsyncStrategy()
+with strategy.scope():
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([
+        keras.Input((8, 8, 1)),
+        keras.layers.Flatten(),
+        keras.layers.Dense(16, activation="relu"),
+        keras.layers.Dense(10, activation="softmax"),
+    ])
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+stopping = keras.callbacks.EarlyStopping(mode="max", patience=100, restore_best_weights=True)
+history = model.fit(x, y, batch_size=32, epochs=4, validation_data=(x_val, y_val), callbacks=[stopping], verbose=0)
+result: dict = {"epoch": history.epoch, "history": history.history}
+if strategy.config.is_chief:
+    mine = model.get_weights()
+    final = strategy.worker.client.pull().weights
+    result["holds_best"] = all(np.array_equal(a, b) for a, b in zip(mine, stopping.best_weights))
+    result["holds_final"] = all(np.array_equal(v.numpy(), final[v.path]) for v in model.weights if v.path in final)
+    result["best_epoch"] = stopping.best_epoch
+    result["evaluated_loss"] = model.evaluate(x_val, y_val, verbose=0)[0]
+index = strategy.config.worker_index
+pathlib.Path(args.out, f"worker-{index}.json").write_text(json.dumps(result))
