@@ -317,3 +317,29 @@ def test_compensation_can_be_turned_off_by_the_strategy(server) -> None:
     model = _model(strategy, keras.optimizers.SGD, learning_rate=0.5, momentum=0.5)
     model.fit(*_data(), batch_size=32, epochs=1, verbose=0)
     assert not server.coordinator.hyperparameters().compensate_asynchrony
+
+
+def test_several_steps_per_execution_train_one_step_per_call_on_each_batch_once(server) -> None:
+    # Keras' loop of several steps reads the next element before the step's exchange
+    # has chosen it: the strategy trains one step per call instead, and says so.
+    read: list[list[int]] = []
+
+    def record(rows: np.ndarray) -> np.ndarray:
+        read.append(np.rint(rows[:, 0] * 100).astype(int).tolist())
+        return rows
+
+    strategy = omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,)))
+    with strategy.scope():
+        inputs = keras.Input((1,))
+        seen = keras.layers.Lambda(
+            lambda t: tf.ensure_shape(tf.numpy_function(record, [t], tf.float32, stateful=True), t.shape),
+            output_shape=(1,),
+        )(inputs)
+        model = keras.Model(inputs, keras.layers.Dense(1)(seen))
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", steps_per_execution=4)
+    x = (np.arange(80, dtype=np.float32) / 100)[:, None]
+    with pytest.warns(UserWarning, match="steps_per_execution=1 instead of 4"):
+        history = model.fit(x, np.zeros_like(x), batch_size=8, epochs=2, shuffle=False, verbose=0)
+    assert model.steps_per_execution == 1
+    assert history.history["model_version"] == [10, 20]
+    assert read == [list(range(start, start + 8)) for start in range(0, 80, 8)] * 2
