@@ -315,6 +315,20 @@ class ParameterServerClient:
         replies = self._each(lambda i, s: s.call(lambda: s.stub.SetGroups(request, timeout=self.timeout, metadata=s.metadata)))
         return dict(replies[0].assignment)
 
+    def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+        """Puts `weights` (every variable of the model) in place of the servers', keeping
+        the optimizer's state: see `SetWeights`."""
+
+        def upload(index: int, shard: ShardConnection) -> pb.SetWeightsReply:
+            mine = self._shard_part(index, weights)
+            return shard.call(
+                lambda: shard.tensor_stub.SetWeights(
+                    tensors.encode_messages(pb.SetWeightsRequest, mine), timeout=self.timeout, metadata=shard.metadata
+                )
+            )
+
+        self._each(upload)
+
     def request_stop(self, history: str = "") -> None:
         """Ends training for every worker: each is told so in its next push result.
         `history` is the chief's History as JSON, which the others' `fit` returns."""

@@ -600,6 +600,33 @@ class GroupCoordinator:
             self._snapshot_iterations.pop(name, None)
             return self.model.version
 
+    def set_weights(self, weights: dict[str, np.ndarray]) -> int:
+        """Puts `weights` (every variable, with its dtype and shape) in place of the
+        model's between group steps, keeping the optimizer's state and iteration count;
+        returns the new version. Partial steps are applied first."""
+        with self._cond:
+            self.model.require_initialized()
+            specs = self.model.specs
+            if weights.keys() != specs.keys():
+                missing, unknown = sorted(specs.keys() - weights.keys()), sorted(weights.keys() - specs.keys())
+                raise InvalidArgument(f"weights must name every variable: missing {missing}, unknown {unknown}")
+            for name, weight in weights.items():
+                if tensors.VariableSpec.of(name, weight) != specs[name]:
+                    raise InvalidArgument(
+                        f"variable {shown(name)}: got {weight.dtype.name}{list(weight.shape)}, "
+                        f"expected {specs[name].dtype.name}{list(specs[name].shape)}"
+                    )
+            for group in list(self._pending):
+                self._complete(group)
+            iterations = self.model.iterations
+            self.model.initialize(weights, self.model.version + 1, self.model.slots)
+            self.model.iterations = iterations
+            # A gradient computed on the weights replaced is refused, as after a restore.
+            self._restored_at = self.model.version
+            self._meter = None
+            self._cond.notify_all()
+            return self.model.version
+
     def restore_snapshot(self, name: str) -> int:
         """Puts a snapshot back between group steps; partial steps are applied first."""
         with self._cond:

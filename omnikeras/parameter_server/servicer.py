@@ -128,6 +128,18 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
         )
 
     @_status_on_error
+    def SetWeights(
+        self, request_iterator: Iterator[tensors.Received[pb.SetWeightsRequest]], context: grpc.ServicerContext
+    ) -> pb.SetWeightsReply:
+        self.coordinator.model.require_initialized()
+        weights, non_finite, _ = _assemble(request_iterator, expected=self.coordinator.model.specs)
+        if non_finite is not None:
+            raise NonFinite("weight", non_finite)
+        version = self.coordinator.set_weights(weights)
+        logger.info("weights set by a worker as version %d", version)
+        return pb.SetWeightsReply(model_version=version)
+
+    @_status_on_error
     def Describe(self, request: pb.DescribeRequest, context: grpc.ServicerContext) -> pb.DescribeReply:
         model = self.coordinator.model
         return Description(
@@ -279,7 +291,9 @@ def _has_chunks(message_type: type[Message]) -> bool:
 
 
 def _assemble(
-    requests: Iterator[tensors.Received[pb.PushRequest]] | Iterator[tensors.Received[pb.InitModelRequest]],
+    requests: Iterator[tensors.Received[pb.PushRequest]]
+    | Iterator[tensors.Received[pb.InitModelRequest]]
+    | Iterator[tensors.Received[pb.SetWeightsRequest]],
     expected: Mapping[str, tensors.VariableSpec] | None = None,
     into: Mapping[str, np.ndarray] | None = None,
 ) -> tuple[dict[str, np.ndarray], str | None, dict[str, float]]:

@@ -70,6 +70,11 @@ class TensorStreamStub:
             request_serializer=tensors.serialize,
             response_deserializer=pb.InitModelReply.FromString,
         )
+        self.SetWeights = channel.stream_unary(
+            f"{service}/SetWeights",
+            request_serializer=tensors.serialize,
+            response_deserializer=pb.SetWeightsReply.FromString,
+        )
         self.Push = channel.stream_unary(
             f"{service}/Push",
             request_serializer=tensors.serialize,

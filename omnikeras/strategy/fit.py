@@ -52,7 +52,8 @@ class ClusterSync(keras.callbacks.Callback):
     def on_train_end(self, logs: dict | None = None) -> None:
         # The weights as training left them: `ClusterLeave` tells from them whether a
         # callback chose others (`EarlyStopping`'s best weights).
-        self.worker.weights_at_end = self.model.get_weights() if self.worker.config.is_chief else None
+        chief = self.worker.config.is_chief
+        self.worker.weights_at_end = self.worker.server_weights(self.model) if chief else None
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         if logs is None or self.worker.last_push is None:
@@ -126,10 +127,11 @@ class PassProgress(keras.callbacks.ProgbarLogger):
 
 
 class ClusterLeave(keras.callbacks.Callback):
-    """Leaves the cluster when `fit` ends and takes the server's final weights, unless a
-    callback on the chief chose the chief's (`EarlyStopping(restore_best_weights=True)`):
-    the chief keeps those. Every worker's `fit` returns the chief's History, which alone
-    holds the validation metrics.
+    """Leaves the cluster when `fit` ends and takes the final weights: the server's, or
+    those a callback on the chief chose as training ended
+    (`EarlyStopping(restore_best_weights=True)`), which the chief puts on the servers for
+    every worker. Every worker's `fit` returns the chief's History, which alone holds the
+    validation metrics.
 
     `fit` adds it by itself, last among the callbacks: the ones before it (a tuner) may
     still steer the cluster as training ends.
@@ -141,12 +143,13 @@ class ClusterLeave(keras.callbacks.Callback):
 
     def on_train_end(self, logs: dict | None = None) -> None:
         history: keras.callbacks.History | None = getattr(self.model, "history", None)
-        chosen = self.model.get_weights() if self.worker.config.is_chief else None
+        chief = self.worker.config.is_chief
+        chosen = self.worker.server_weights(self.model) if chief else None
         left = self.worker.weights_at_end
-        chief_history = self.worker.finish(self.model, history_json(history) if self.worker.config.is_chief else "")
-        if chosen is not None and left is not None and not _same(chosen, left):
-            self.model.set_weights(chosen)
-        if not self.worker.config.is_chief and history is not None and chief_history:
+        if chosen is not None and left is not None and _same(chosen, left):
+            chosen = None
+        chief_history = self.worker.finish(self.model, history_json(history) if chief else "", chosen)
+        if not chief and history is not None and chief_history:
             history.epoch, history.history = history_from_json(chief_history)
 
 
@@ -163,8 +166,8 @@ def history_from_json(text: str) -> tuple[list[int], dict[str, list]]:
     return list(parsed["epoch"]), dict(parsed["history"])
 
 
-def _same(weights: list[np.ndarray], others: list[np.ndarray]) -> bool:
-    return len(weights) == len(others) and all(np.array_equal(a, b) for a, b in zip(weights, others))
+def _same(weights: dict[str, np.ndarray], others: dict[str, np.ndarray]) -> bool:
+    return weights.keys() == others.keys() and all(np.array_equal(w, others[name]) for name, w in weights.items())
 
 
 def fit_through_server(

@@ -70,8 +70,9 @@ class ClusterWorker:
         self._ahead: tuple[str, ...] = ()
         # What ended the last exchange with the servers, if it failed.
         self.failure: Exception | None = None
-        # The chief's weights as its last `fit` left them, before the callbacks' end.
-        self.weights_at_end: list[np.ndarray] | None = None
+        # The chief's weights on the servers as its last `fit` left them (`server_weights`),
+        # before the callbacks' `on_train_end`.
+        self.weights_at_end: dict[str, np.ndarray] | None = None
         # Set when this worker comes back after the chief ended training.
         self._training_over = False
         # Training examples in `fit`'s data (None for a dataset of unknown length), and the
@@ -430,27 +431,41 @@ class ClusterWorker:
 
     # Finishing ----------------------------------------------------------------------------
 
-    def finish(self, model: keras.Model, history: str = "") -> str:
+    def finish(self, model: keras.Model, history: str = "", chosen: dict[str, np.ndarray] | None = None) -> str:
         """Leaves the cluster, waits for the others, and takes the server's final weights.
 
         The chief ends training for everyone, handing over its History as JSON
-        (`history`): the others stop at their next step. Returns the chief's History as
-        the server holds it ("" where the chief ended no training, or left none).
+        (`history`): the others stop at their next step. Where a callback on the chief
+        chose the weights training ends with (`chosen`, by path: `server_weights`), the
+        chief puts them on the servers once the others have left, for every worker to
+        take. Returns the chief's History as the server holds it ("" where the chief
+        ended no training, or left none).
         """
         if self.config.is_chief:
             self.client.request_stop(history)
+            if chosen is not None:
+                # After the others' last steps, which would otherwise be applied on top.
+                self._wait_for_workers(at_most=1)
+                self.client.set_weights(chosen)
         self.client.deregister()
+        self._wait_for_workers(at_most=0)
+        self.assign(model, self.client.pull().weights)
+        return self.client.stats()[0].chief_history
+
+    def server_weights(self, model: keras.Model) -> dict[str, np.ndarray]:
+        """Copies of the values of `model`'s variables that live on the servers, by path."""
+        return {v.path: np.array(v.numpy()) for v in [*model.trainable_variables, *self.statistics]}
+
+    def _wait_for_workers(self, at_most: int) -> None:
         deadline = time.monotonic() + self.config.finish_timeout
-        while self._workers_joined():
+        while self._workers_joined() > at_most:
             if time.monotonic() > deadline:
                 logger.warning(
                     "other workers still train after %.0f s; taking the weights as they are",
                     self.config.finish_timeout,
                 )
-                break
+                return
             time.sleep(_POLL_SECONDS)
-        self.assign(model, self.client.pull().weights)
-        return self.client.stats()[0].chief_history
 
     def assign(self, model: keras.Model, weights: dict[str, np.ndarray]) -> None:
         for variable in [*model.trainable_variables, *self.statistics]:

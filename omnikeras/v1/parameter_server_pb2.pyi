@@ -372,6 +372,18 @@ class SnapshotReply(_message.Message):
     model_version: int
     def __init__(self, model_version: _Optional[int] = ...) -> None: ...
 
+class SetWeightsRequest(_message.Message):
+    __slots__ = ("chunk",)
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    chunk: TensorChunk
+    def __init__(self, chunk: _Optional[_Union[TensorChunk, _Mapping]] = ...) -> None: ...
+
+class SetWeightsReply(_message.Message):
+    __slots__ = ("model_version",)
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    model_version: int
+    def __init__(self, model_version: _Optional[int] = ...) -> None: ...
+
 class RequestStopRequest(_message.Message):
     __slots__ = ("history_json",)
     HISTORY_JSON_FIELD_NUMBER: _ClassVar[int]

@@ -110,6 +110,11 @@ class ParameterServerStub:
                 request_serializer=omnikeras_dot_v1_dot_parameter__server__pb2.SnapshotRequest.SerializeToString,
                 response_deserializer=omnikeras_dot_v1_dot_parameter__server__pb2.SnapshotReply.FromString,
                 _registered_method=True)
+        self.SetWeights = channel.stream_unary(
+                '/omnikeras.v1.ParameterServer/SetWeights',
+                request_serializer=omnikeras_dot_v1_dot_parameter__server__pb2.SetWeightsRequest.SerializeToString,
+                response_deserializer=omnikeras_dot_v1_dot_parameter__server__pb2.SetWeightsReply.FromString,
+                _registered_method=True)
 
 
 class ParameterServerServicer:
@@ -215,6 +220,16 @@ class ParameterServerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetWeights(self, request_iterator, context):
+        """Puts weights in place of the server's, between group steps, keeping the optimizer's
+        state and iteration count: the chief's, where one of its callbacks chose them as its
+        `fit` ended (`EarlyStopping(restore_best_weights=True)`), for every worker to take.
+        Carries every variable of the shard, with its dtype and shape.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ParameterServerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -292,6 +307,11 @@ def add_ParameterServerServicer_to_server(servicer, server):
                     servicer.DeleteSnapshot,
                     request_deserializer=omnikeras_dot_v1_dot_parameter__server__pb2.SnapshotRequest.FromString,
                     response_serializer=omnikeras_dot_v1_dot_parameter__server__pb2.SnapshotReply.SerializeToString,
+            ),
+            'SetWeights': grpc.stream_unary_rpc_method_handler(
+                    servicer.SetWeights,
+                    request_deserializer=omnikeras_dot_v1_dot_parameter__server__pb2.SetWeightsRequest.FromString,
+                    response_serializer=omnikeras_dot_v1_dot_parameter__server__pb2.SetWeightsReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -700,6 +720,33 @@ class ParameterServer:
             '/omnikeras.v1.ParameterServer/DeleteSnapshot',
             omnikeras_dot_v1_dot_parameter__server__pb2.SnapshotRequest.SerializeToString,
             omnikeras_dot_v1_dot_parameter__server__pb2.SnapshotReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetWeights(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/omnikeras.v1.ParameterServer/SetWeights',
+            omnikeras_dot_v1_dot_parameter__server__pb2.SetWeightsRequest.SerializeToString,
+            omnikeras_dot_v1_dot_parameter__server__pb2.SetWeightsReply.FromString,
             options,
             channel_credentials,
             insecure,

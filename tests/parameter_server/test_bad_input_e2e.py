@@ -264,3 +264,23 @@ def test_a_history_over_the_limit_is_refused_and_kept_out(cluster) -> None:
     assert client.stats()[0].chief_history == ""
     client.request_stop('{"epoch": [], "history": {}}')
     assert client.stats()[0].chief_history == '{"epoch": [], "history": {}}'
+
+
+def test_weights_set_with_a_wrong_variable_or_nan_are_refused_and_change_nothing(cluster) -> None:
+    client, _, stub = cluster
+    before = client.pull().weights
+    for arrays, code in (
+        ({"w": GOOD["w"]}, grpc.StatusCode.INVALID_ARGUMENT),
+        ({**GOOD, "w": GOOD["w"].astype(np.float64)}, grpc.StatusCode.INVALID_ARGUMENT),
+        ({**GOOD, "w": np.full((2, 3), np.nan, np.float32)}, grpc.StatusCode.INVALID_ARGUMENT),
+    ):
+        messages = [pb.SetWeightsRequest(chunk=c) for c in _chunks(**arrays)]
+        with pytest.raises(grpc.RpcError) as raised:
+            stub.SetWeights(iter(messages), timeout=30)
+        assert raised.value.code() == code, raised.value.details()
+    after = client.pull().weights
+    for name, weight in before.items():
+        np.testing.assert_array_equal(after[name], weight)
+    client.set_weights({name: np.full_like(w, 3.0) for name, w in before.items()})
+    for name, weight in client.pull().weights.items():
+        np.testing.assert_array_equal(weight, np.full_like(before[name], 3.0))

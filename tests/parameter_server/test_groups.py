@@ -6,7 +6,7 @@ import time
 import numpy as np
 import pytest
 
-from omnikeras.parameter_server.errors import FailedPrecondition, InvalidArgument, NonFinite, NotFound
+from omnikeras.parameter_server.errors import Aborted, FailedPrecondition, InvalidArgument, NonFinite, NotFound
 from omnikeras.parameter_server.groups import GroupCoordinator
 from omnikeras.parameter_server.model_state import ModelState
 from omnikeras.parameter_server.update_rule import Hyperparameters
@@ -363,3 +363,24 @@ def test_the_chief_s_history_is_kept_for_the_others_until_a_new_training_begins(
     assert coordinator.stats().chief_history == '{"epoch": [0], "history": {"val_loss": [0.5]}}'
     coordinator.register()
     assert coordinator.stats().chief_history == ""
+
+
+def test_set_weights_replaces_the_weights_keeps_the_optimizer_s_state_and_refuses_older_gradients() -> None:
+    coordinator = GroupCoordinator(ModelState(Hyperparameters(0.5, momentum=0.9)), 1, 30.0)
+    coordinator.initialize({"w": np.zeros(3, np.float32)}, Hyperparameters(0.5, momentum=0.9))
+    worker = coordinator.register()[0]
+    coordinator.push(worker, 1, 0, 1, {"w": np.ones(3, np.float32)})
+    momentum = coordinator.model.slots["w"]["momentum"].copy()
+    for bad in ({"v": np.zeros(3, np.float32)}, {"w": np.zeros(4, np.float32)}, {"w": np.zeros(3, np.float64)}):
+        with pytest.raises(InvalidArgument):
+            coordinator.set_weights(bad)
+    assert coordinator.model.version == 1
+
+    assert coordinator.set_weights({"w": np.full(3, 7.0, np.float32)}) == 2
+    np.testing.assert_array_equal(_weights(coordinator), np.full(3, 7.0))
+    np.testing.assert_array_equal(coordinator.model.slots["w"]["momentum"], momentum)
+    assert coordinator.model.iterations == 1
+    # A gradient computed on the weights replaced is not applied to the ones put in place.
+    with pytest.raises(Aborted):
+        coordinator.push(worker, 2, 1, 1, {"w": np.ones(3, np.float32)})
+    np.testing.assert_array_equal(_weights(coordinator), np.full(3, 7.0))

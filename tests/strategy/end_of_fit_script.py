@@ -1,7 +1,7 @@
 """Trains a small model through the strategy with validation and
 `EarlyStopping(restore_best_weights=True)`, and writes what `fit` left on this worker:
-its History and, on the chief, whether it holds the best weights rather than the
-server's final ones.
+its History, its weights and, on the chief, whether they are the best weights and the
+server's.
 
 `mode="max"` makes the best epoch the one with the highest validation loss, the first in
 a run that learns: the weights Keras restores then differ from the last ones.
@@ -35,12 +35,12 @@ with strategy.scope():
 stopping = keras.callbacks.EarlyStopping(mode="max", patience=100, restore_best_weights=True)
 history = model.fit(x, y, batch_size=32, epochs=4, validation_data=(x_val, y_val), callbacks=[stopping], verbose=0)
 result: dict = {"epoch": history.epoch, "history": history.history}
+index = strategy.config.worker_index
 if strategy.config.is_chief:
-    mine = model.get_weights()
     final = strategy.worker.client.pull().weights
-    result["holds_best"] = all(np.array_equal(a, b) for a, b in zip(mine, stopping.best_weights))
-    result["holds_final"] = all(np.array_equal(v.numpy(), final[v.path]) for v in model.weights if v.path in final)
+    result["holds_best"] = all(np.array_equal(a, b) for a, b in zip(model.get_weights(), stopping.best_weights))
+    result["server_holds_them"] = all(np.array_equal(v.numpy(), final[v.path]) for v in model.weights)
     result["best_epoch"] = stopping.best_epoch
     result["evaluated_loss"] = model.evaluate(x_val, y_val, verbose=0)[0]
-index = strategy.config.worker_index
+np.savez(pathlib.Path(args.out, f"weights-{index}.npz"), *model.get_weights())
 pathlib.Path(args.out, f"worker-{index}.json").write_text(json.dumps(result))
