@@ -112,7 +112,11 @@ class GroupCoordinator:
         self._rejected_non_finite = 0
         self._workers_dropped = 0
         self._stop_requested = False
+        # Trainings that ended (the last worker left), and the History the chief of the
+        # last one handed over (`request_stop`); the one under way's, until it ends.
+        self._trainings_ended = 0
         self._chief_history = ""
+        self._history_under_way = ""
         self._layout_version = 0
         # Gradients computed before this version belong to weights a restore replaced.
         self._restored_at = 0
@@ -151,9 +155,6 @@ class GroupCoordinator:
                 raise ResourceExhausted(f"the server holds {MAX_WORKERS} registered workers at most")
             if group >= self.num_groups or group < -1:
                 raise InvalidArgument(f"group {group} is not in [0, {self.num_groups})")
-            if not self._workers:
-                # A new training: the last one's History is no longer the one to return.
-                self._chief_history = ""
             if worker_id == 0:
                 worker_id = self._next_worker_id
             self._next_worker_id = max(self._next_worker_id, worker_id + 1)
@@ -183,10 +184,10 @@ class GroupCoordinator:
     def request_stop(self, chief_history: str = "") -> None:
         """Tells every worker, in its next push result, that training is over; cleared
         once no worker is left. `chief_history` is the chief's History as JSON, which
-        `stats` hands to the other workers as they end too, until a new training begins."""
+        `stats` hands to the workers once this training has ended (the last one left)."""
         with self._cond:
             self._stop_requested = bool(self._workers)
-            self._chief_history = chief_history
+            self._history_under_way = chief_history
 
     def set_groups(self, num_groups: int, assignment: Mapping[int, int]) -> tuple[int, dict[int, int], int]:
         """Regroups between group steps: partial steps are applied first, so none is lost.
@@ -543,12 +544,20 @@ class GroupCoordinator:
             del self._workers[worker_id]
             self._dropped.add(worker_id)
             self._workers_dropped += 1
-        self._stop_requested = self._stop_requested and bool(self._workers)
+        self._after_leaving()
         self._layout_version += 1
+
+    def _after_leaving(self) -> None:
+        if self._workers:
+            return
+        # The last worker left: this training is over, with the History its chief left.
+        self._stop_requested = False
+        self._trainings_ended += 1
+        self._chief_history, self._history_under_way = self._history_under_way, ""
 
     def _remove(self, worker_id: int) -> None:
         group = self._workers.pop(worker_id).group
-        self._stop_requested = self._stop_requested and bool(self._workers)
+        self._after_leaving()
         self._layout_version += 1
         pending = self._pending.get(group)
         if pending is None:
@@ -675,6 +684,7 @@ class GroupCoordinator:
                     for g in range(self.num_groups)
                 ),
                 mean_apply_seconds=self.model.apply_seconds_total / max(updates_applied, 1),
+                trainings_ended=self._trainings_ended,
                 chief_history=self._chief_history,
                 **self._compensation_stats(),
             )

@@ -149,7 +149,9 @@ class Stats:
     implicit_momentum: float = math.nan
     step_backoffs: int = 0
     step_share: float = math.nan
-    # The History of the chief's last `fit`, as JSON: `GroupCoordinator.request_stop`.
+    # Trainings that ended (the last worker left), and the History the chief of the last
+    # one handed over, as JSON: `GroupCoordinator.request_stop`.
+    trainings_ended: int = 0
     chief_history: str = ""
 
     @classmethod
@@ -172,6 +174,7 @@ class Stats:
             reply.implicit_momentum,
             reply.step_backoffs,
             reply.step_share,
+            reply.trainings_ended,
             reply.chief_history_json,
         )
 
@@ -194,6 +197,7 @@ class Stats:
             implicit_momentum=self.implicit_momentum,
             step_backoffs=self.step_backoffs,
             step_share=self.step_share,
+            trainings_ended=self.trainings_ended,
             chief_history_json=self.chief_history,
         )
 

@@ -5,7 +5,7 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from omnikeras.config import WorkerConfig
-from omnikeras.parameter_server import GroupLayout, Hyperparameters, ParameterServerClient, PushResult
+from omnikeras.parameter_server import GroupLayout, Hyperparameters, ParameterServerClient, PushResult, Stats
 from omnikeras.parameter_server.errors import Refusal, refusal_of
 from omnikeras.strategy import data
 from omnikeras.strategy.place import GroupPlace
@@ -173,6 +173,7 @@ class ClusterWorker:
         # Keras' optimizer hands the strategy its variables' backend values.
         self._paths = {id(v.value): v.path for v in held}
         self.shapes = {v.path: (tuple(v.shape), np.dtype(v.dtype)) for v in held}
+        self._check_same_variables()
         rule = server_update_rule(model.optimizer, model.trainable_variables, self.statistics)
         earlier, self._optimizer = self._optimizer, model.optimizer
         fresh_optimizer = model.optimizer is not earlier
@@ -190,6 +191,27 @@ class ClusterWorker:
                 self.client.set_hyperparameters(self.hyperparameters, fresh_optimizer=fresh_optimizer)
         pulled = self.client.pull(wait_for_model=self.config.startup_timeout)
         self.assign(model, pulled.weights)
+
+    def _check_same_variables(self) -> None:
+        """Fails where the servers hold other variables than this `fit` trains: they keep
+        those of the cluster's first `fit`, and a layer frozen or unfrozen since (or
+        another model) would find its weights missing there."""
+        described = self.client.describe()
+        if not described.model_initialized:
+            return
+        held = {spec.name: (tuple(spec.shape), np.dtype(spec.dtype)) for spec in described.variables}
+        if held == self.shapes:
+            return
+        new = sorted(self.shapes.keys() - held.keys())
+        gone = sorted(held.keys() - self.shapes.keys())
+        changed = sorted(n for n in self.shapes.keys() & held.keys() if self.shapes[n] != held[n])
+        raise ValueError(
+            "this fit trains other variables than the parameter servers hold, which are those of the "
+            f"cluster's first fit (new: {new[:5]}, gone: {gone[:5]}, another shape or dtype: {changed[:5]}). "
+            "The servers keep one set of variables for a launch: freeze or unfreeze layers before the first "
+            "fit, or train the next stage in a new `omnikeras launch` that starts from weights this one saved "
+            "(model.save_weights, then model.load_weights)"
+        )
 
     # Training -----------------------------------------------------------------------------
 
@@ -447,8 +469,9 @@ class ClusterWorker:
                 # After the others' last steps, which would otherwise be applied on top.
                 self._wait_for_workers(at_most=1)
                 self.client.set_weights(chosen)
+        ended = self.client.stats()[0].trainings_ended
         self.client.deregister()
-        self._wait_for_workers(at_most=0)
+        self._wait_for_end(ended)
         self.assign(model, self.client.pull().weights)
         return self.client.stats()[0].chief_history
 
@@ -457,8 +480,17 @@ class ClusterWorker:
         return {v.path: np.array(v.numpy()) for v in [*model.trainable_variables, *self.statistics]}
 
     def _wait_for_workers(self, at_most: int) -> None:
+        self._wait_until(lambda stats: sum(len(g.members) for g in stats.groups) <= at_most)
+
+    def _wait_for_end(self, ended: int) -> None:
+        """Waits for the training this worker left to end: the last worker left, and the
+        servers counted past `ended`. A next training may have begun since (a script's
+        next `fit` on a worker that finished first): its workers do not count."""
+        self._wait_until(lambda stats: stats.trainings_ended != ended or not any(g.members for g in stats.groups))
+
+    def _wait_until(self, done: Callable[[Stats], bool]) -> None:
         deadline = time.monotonic() + self.config.finish_timeout
-        while self._workers_joined() > at_most:
+        while not done(self.client.stats()[0]):
             if time.monotonic() > deadline:
                 logger.warning(
                     "other workers still train after %.0f s; taking the weights as they are",

@@ -321,7 +321,7 @@ class GroupStats(_message.Message):
     def __init__(self, group: _Optional[int] = ..., members: _Optional[_Iterable[int]] = ..., updates_applied: _Optional[int] = ..., staleness_histogram: _Optional[_Mapping[int, int]] = ..., next_batch: _Optional[int] = ..., next_members: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class StatsReply(_message.Message):
-    __slots__ = ("model_version", "updates_applied", "pushes_received", "pushes_rejected_non_finite", "workers_dropped", "parameter_count", "parameter_bytes", "hyperparameters", "groups", "mean_apply_seconds", "uptime_seconds", "total_momentum", "momentum_in_force", "learning_rate_in_force", "implicit_momentum", "step_backoffs", "step_share", "chief_history_json")
+    __slots__ = ("model_version", "updates_applied", "pushes_received", "pushes_rejected_non_finite", "workers_dropped", "parameter_count", "parameter_bytes", "hyperparameters", "groups", "mean_apply_seconds", "uptime_seconds", "total_momentum", "momentum_in_force", "learning_rate_in_force", "implicit_momentum", "step_backoffs", "step_share", "chief_history_json", "trainings_ended")
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     UPDATES_APPLIED_FIELD_NUMBER: _ClassVar[int]
     PUSHES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
@@ -340,6 +340,7 @@ class StatsReply(_message.Message):
     STEP_BACKOFFS_FIELD_NUMBER: _ClassVar[int]
     STEP_SHARE_FIELD_NUMBER: _ClassVar[int]
     CHIEF_HISTORY_JSON_FIELD_NUMBER: _ClassVar[int]
+    TRAININGS_ENDED_FIELD_NUMBER: _ClassVar[int]
     model_version: int
     updates_applied: int
     pushes_received: int
@@ -358,7 +359,8 @@ class StatsReply(_message.Message):
     step_backoffs: int
     step_share: float
     chief_history_json: str
-    def __init__(self, model_version: _Optional[int] = ..., updates_applied: _Optional[int] = ..., pushes_received: _Optional[int] = ..., pushes_rejected_non_finite: _Optional[int] = ..., workers_dropped: _Optional[int] = ..., parameter_count: _Optional[int] = ..., parameter_bytes: _Optional[int] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., groups: _Optional[_Iterable[_Union[GroupStats, _Mapping]]] = ..., mean_apply_seconds: _Optional[float] = ..., uptime_seconds: _Optional[float] = ..., total_momentum: _Optional[float] = ..., momentum_in_force: _Optional[float] = ..., learning_rate_in_force: _Optional[float] = ..., implicit_momentum: _Optional[float] = ..., step_backoffs: _Optional[int] = ..., step_share: _Optional[float] = ..., chief_history_json: _Optional[str] = ...) -> None: ...
+    trainings_ended: int
+    def __init__(self, model_version: _Optional[int] = ..., updates_applied: _Optional[int] = ..., pushes_received: _Optional[int] = ..., pushes_rejected_non_finite: _Optional[int] = ..., workers_dropped: _Optional[int] = ..., parameter_count: _Optional[int] = ..., parameter_bytes: _Optional[int] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., groups: _Optional[_Iterable[_Union[GroupStats, _Mapping]]] = ..., mean_apply_seconds: _Optional[float] = ..., uptime_seconds: _Optional[float] = ..., total_momentum: _Optional[float] = ..., momentum_in_force: _Optional[float] = ..., learning_rate_in_force: _Optional[float] = ..., implicit_momentum: _Optional[float] = ..., step_backoffs: _Optional[int] = ..., step_share: _Optional[float] = ..., chief_history_json: _Optional[str] = ..., trainings_ended: _Optional[int] = ...) -> None: ...
 
 class SnapshotRequest(_message.Message):
     __slots__ = ("name",)

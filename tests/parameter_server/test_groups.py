@@ -352,17 +352,22 @@ def test_a_member_that_skips_its_update_makes_the_group_step_go_on_without_one()
     assert coordinator.model.iterations == 1
 
 
-def test_the_chief_s_history_is_kept_for_the_others_until_a_new_training_begins() -> None:
+def test_a_training_ends_when_its_last_worker_leaves_with_the_history_its_chief_left() -> None:
     coordinator = _coordinator()
     chief, other = coordinator.register()[0], coordinator.register()[0]
-    assert coordinator.stats().chief_history == ""
     coordinator.request_stop('{"epoch": [0], "history": {"val_loss": [0.5]}}')
     coordinator.deregister(chief)
+    # Still under way while a worker is left.
+    assert (coordinator.stats().trainings_ended, coordinator.stats().chief_history) == (0, "")
     coordinator.deregister(other)
-    # The others read it once everyone has left.
-    assert coordinator.stats().chief_history == '{"epoch": [0], "history": {"val_loss": [0.5]}}'
-    coordinator.register()
-    assert coordinator.stats().chief_history == ""
+    ended = coordinator.stats()
+    assert (ended.trainings_ended, ended.chief_history) == (1, '{"epoch": [0], "history": {"val_loss": [0.5]}}')
+    # A next training begun at once leaves the count and the History of the one that ended.
+    again = coordinator.register()[0]
+    assert (coordinator.stats().trainings_ended, coordinator.stats().chief_history) == (1, ended.chief_history)
+    # One that ends without its chief's History leaves none.
+    coordinator.deregister(again)
+    assert (coordinator.stats().trainings_ended, coordinator.stats().chief_history) == (2, "")
 
 
 def test_set_weights_replaces_the_weights_keeps_the_optimizer_s_state_and_refuses_older_gradients() -> None:

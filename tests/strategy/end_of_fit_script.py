@@ -10,6 +10,7 @@ a run that learns: the weights Keras restores then differ from the last ones.
 import argparse
 import json
 import pathlib
+import time
 
 import keras
 import numpy as np
@@ -18,7 +19,18 @@ import omnikeras
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--out", required=True)
+parser.add_argument(
+    "--again",
+    action="store_true",
+    help="a second fit right after the first, whose end the chief holds up until the other "
+    "worker has ended its first fit on its own",
+)
 args = parser.parse_args()
+
+
+class HoldUp(keras.callbacks.Callback):
+    def on_train_end(self, logs: dict | None = None) -> None:
+        time.sleep(3)
 
 (x, y), (x_val, y_val) = omnikeras.datasets.digits()
 x, y = x[:512], y[:512]
@@ -33,7 +45,10 @@ with strategy.scope():
     ])
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
 stopping = keras.callbacks.EarlyStopping(mode="max", patience=100, restore_best_weights=True)
-history = model.fit(x, y, batch_size=32, epochs=4, validation_data=(x_val, y_val), callbacks=[stopping], verbose=0)
+held = [HoldUp()] if args.again and strategy.config.is_chief else []
+history = model.fit(x, y, batch_size=32, epochs=4, validation_data=(x_val, y_val), callbacks=[stopping, *held], verbose=0)
+if args.again:
+    history = model.fit(x, y, batch_size=32, epochs=2, validation_data=(x_val, y_val), callbacks=[stopping], verbose=0)
 result: dict = {"epoch": history.epoch, "history": history.history}
 index = strategy.config.worker_index
 if strategy.config.is_chief:

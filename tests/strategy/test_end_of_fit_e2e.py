@@ -15,14 +15,19 @@ SCRIPT = pathlib.Path(__file__).with_name("end_of_fit_script.py")
 pytestmark = pytest.mark.slow
 
 
-def test_every_worker_ends_with_the_weights_and_the_history_of_the_chief(tmp_path) -> None:
+def _launch(tmp_path: pathlib.Path, *script_args: str, timeout: float = 600) -> tuple[dict, dict]:
     run = subprocess.run(
         [sys.executable, "-m", "omnikeras", "launch", "--log-dir", str(tmp_path / "logs"), "--no-merge",
-         "--workers", "2", "--groups", "2", str(SCRIPT), "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=600,
+         "--workers", "2", "--groups", "2", str(SCRIPT), "--out", str(tmp_path), *script_args],
+        capture_output=True, text=True, timeout=timeout,
     )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     chief, other = (json.loads((tmp_path / f"worker-{i}.json").read_text()) for i in range(2))
+    return chief, other
+
+
+def test_every_worker_ends_with_the_weights_and_the_history_of_the_chief(tmp_path) -> None:
+    chief, other = _launch(tmp_path)
 
     assert chief["holds_best"], "the chief's model holds the weights EarlyStopping restored"
     assert chief["server_holds_them"], "the chief put them on the server"
@@ -39,3 +44,13 @@ def test_every_worker_ends_with_the_weights_and_the_history_of_the_chief(tmp_pat
     assert other["epoch"] == chief["epoch"] == [0, 1, 2, 3]
     assert other["history"] == chief["history"]
     assert {"val_loss", "val_accuracy", "loss", "accuracy"} <= other["history"].keys()
+
+
+def test_a_worker_that_ended_first_sees_its_training_end_though_the_next_fit_began(tmp_path) -> None:
+    # The other worker ends its first fit on its own while the chief's is held up; the
+    # chief then leaves and at once joins its second fit. The other must take the first
+    # training's end from the servers' count, not from a moment without workers that the
+    # chief's second fit leaves no room for (it waited for the finish timeout, 300 s).
+    chief, other = _launch(tmp_path, "--again", timeout=240)
+    assert chief["epoch"] == other["epoch"] == [0, 1]
+    assert other["history"] == chief["history"]

@@ -343,3 +343,20 @@ def test_several_steps_per_execution_train_one_step_per_call_on_each_batch_once(
     assert model.steps_per_execution == 1
     assert history.history["model_version"] == [10, 20]
     assert read == [list(range(start, start + 8)) for start in range(0, 80, 8)] * 2
+
+
+def test_a_later_fit_that_trains_other_variables_is_refused_with_what_to_do(server) -> None:
+    strategy = omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,)))
+    with strategy.scope():
+        base = keras.layers.Dense(4, name="base")
+        base.trainable = False
+        model = keras.Sequential([keras.Input((4,)), base, keras.layers.Dense(3, activation="softmax")])
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+    x, y = _data()
+    model.fit(x, y, batch_size=32, epochs=1, verbose=0)
+    # Fine-tuning: the frozen layer unfrozen, the model recompiled.
+    base.trainable = True
+    with strategy.scope():
+        model.compile(optimizer=keras.optimizers.SGD(0.01), loss="sparse_categorical_crossentropy")
+    with pytest.raises(ValueError, match=r"new: \['sequential/base/bias', 'sequential/base/kernel'\].*new `omnikeras launch`"):
+        model.fit(x, y, batch_size=32, epochs=1, verbose=0)
