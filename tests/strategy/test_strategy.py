@@ -350,7 +350,7 @@ def test_a_later_fit_that_trains_other_variables_is_refused_with_what_to_do(serv
     with strategy.scope():
         base = keras.layers.Dense(4, name="base")
         base.trainable = False
-        model = keras.Sequential([keras.Input((4,)), base, keras.layers.Dense(3, activation="softmax")])
+        model = keras.Sequential([keras.Input((4,)), base, keras.layers.Dense(3, activation="softmax")], name="tuned")
         model.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
     x, y = _data()
     model.fit(x, y, batch_size=32, epochs=1, verbose=0)
@@ -358,5 +358,5 @@ def test_a_later_fit_that_trains_other_variables_is_refused_with_what_to_do(serv
     base.trainable = True
     with strategy.scope():
         model.compile(optimizer=keras.optimizers.SGD(0.01), loss="sparse_categorical_crossentropy")
-    with pytest.raises(ValueError, match=r"new: \['sequential/base/bias', 'sequential/base/kernel'\].*new `omnikeras launch`"):
+    with pytest.raises(ValueError, match=r"new: \['tuned/base/bias', 'tuned/base/kernel'\].*new `omnikeras launch`"):
         model.fit(x, y, batch_size=32, epochs=1, verbose=0)
