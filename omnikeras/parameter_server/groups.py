@@ -36,7 +36,7 @@ from omnikeras.parameter_server.errors import (
 from omnikeras.parameter_server.model_state import ModelState
 from omnikeras.parameter_server.momentum_meter import MomentumMeter, lags_for
 from omnikeras.parameter_server.optimizers import Step
-from omnikeras.parameter_server.server_state import Arrays, ServerState
+from omnikeras.parameter_server.server_state import Arrays, OptimizerState, ServerState
 from omnikeras.parameter_server.update_rule import Hyperparameters
 from omnikeras.parameter_server.values import GroupLayout, GroupStats, PushResult, Stats
 
@@ -625,37 +625,42 @@ class GroupCoordinator:
                         f"variable {shown(name)}: got {weight.dtype.name}{list(weight.shape)}, "
                         f"expected {specs[name].dtype.name}{list(specs[name].shape)}"
                     )
-            for group in list(self._pending):
-                self._complete(group)
-            iterations = self.model.iterations
-            self.model.initialize(weights, self.model.version + 1, self.model.slots)
-            self.model.iterations = iterations
-            # A gradient computed on the weights replaced is refused, as after a restore.
-            self._restored_at = self.model.version
-            self._meter = None
-            self._cond.notify_all()
-            return self.model.version
+            return self._replace(weights, self.model.slots, self.model.iterations)
 
     def restore_snapshot(self, name: str) -> int:
         """Puts a snapshot back between group steps; partial steps are applied first."""
         with self._cond:
             if name not in self._snapshots:
                 raise NotFound(f"no snapshot named {shown(name)}; saved: {sorted(self._snapshots)}")
-            for group in list(self._pending):
-                self._complete(group)
             weights, slots = self._snapshots[name]
             # Fresh copies: the snapshot stays reusable, and pulls still reading the
             # current arrays are not disturbed.
-            self.model.initialize(
+            return self._replace(
                 {n: w.copy() for n, w in weights.items()},
-                self.model.version + 1,
                 {n: {slot: a.copy() for slot, a in state.items()} for n, state in slots.items()},
+                self._snapshot_iterations.get(name, self.model.iterations),
+                self._snapshot_guards.get(name),
             )
-            self.model.iterations = self._snapshot_iterations.get(name, self.model.iterations)
-            self._restored_at = self.model.version
-            self._meter = None
-            self._compensation.weights_replaced(self._snapshot_guards.get(name))
-            return self.model.version
+
+    def _replace(
+        self,
+        weights: dict[str, np.ndarray],
+        slots: OptimizerState,
+        iterations: int,
+        guards: Guards | None = None,
+    ) -> int:
+        """Puts `weights` and `slots` in place between group steps (partial steps are
+        applied first); returns the new version. Holds `_cond`."""
+        for group in list(self._pending):
+            self._complete(group)
+        self.model.initialize(weights, self.model.version + 1, slots)
+        self.model.iterations = iterations
+        # A gradient computed on the weights replaced is refused.
+        self._restored_at = self.model.version
+        self._meter = None
+        self._compensation.weights_replaced(guards)
+        self._cond.notify_all()
+        return self.model.version
 
     # Stats and checkpoints ----------------------------------------------------------------
 

@@ -154,6 +154,11 @@ class Stats:
     trainings_ended: int = 0
     chief_history: str = ""
 
+    @property
+    def workers(self) -> int:
+        """How many workers are registered, over all groups."""
+        return sum(len(group.members) for group in self.groups)
+
     @classmethod
     def from_proto(cls, reply: pb.StatsReply) -> "Stats":
         return cls(

@@ -145,7 +145,7 @@ class ClusterWorker:
         self.client.register(worker_id=self.config.worker_id)
         self.batch_size = batch_size
         deadline = time.monotonic() + self.config.startup_timeout
-        while not self.config.rejoining and (joined := self._workers_joined()) < self.config.num_workers:
+        while not self.config.rejoining and (joined := self.client.stats()[0].workers) < self.config.num_workers:
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"only {joined} of {self.config.num_workers} workers joined within "
@@ -168,7 +168,7 @@ class ClusterWorker:
         """
         self.statistics = model_statistics(model)
         self.loss_tracker = getattr(model, "_loss_tracker", None)
-        held = [*model.trainable_variables, *self.statistics]
+        held = self._held(model)
         self.names = [v.path for v in held]
         # Keras' optimizer hands the strategy its variables' backend values.
         self._paths = {id(v.value): v.path for v in held}
@@ -448,9 +448,6 @@ class ClusterWorker:
         self.place = place
         return place
 
-    def _workers_joined(self) -> int:
-        return sum(len(g.members) for g in self.client.stats()[0].groups)
-
     # Finishing ----------------------------------------------------------------------------
 
     def finish(self, model: keras.Model, history: str = "", chosen: dict[str, np.ndarray] | None = None) -> str:
@@ -477,10 +474,14 @@ class ClusterWorker:
 
     def server_weights(self, model: keras.Model) -> dict[str, np.ndarray]:
         """Copies of the values of `model`'s variables that live on the servers, by path."""
-        return {v.path: np.array(v.numpy()) for v in [*model.trainable_variables, *self.statistics]}
+        return {v.path: keras.ops.convert_to_numpy(v) for v in self._held(model)}
+
+    def _held(self, model: keras.Model) -> list[keras.Variable]:
+        """`model`'s variables whose values live on the servers."""
+        return [*model.trainable_variables, *self.statistics]
 
     def _wait_for_workers(self, at_most: int) -> None:
-        self._wait_until(lambda stats: sum(len(g.members) for g in stats.groups) <= at_most)
+        self._wait_until(lambda stats: stats.workers <= at_most)
 
     def _wait_for_end(self, ended: int) -> None:
         """Waits for the training this worker left to end: the last worker left, and the
@@ -500,7 +501,7 @@ class ClusterWorker:
             time.sleep(_POLL_SECONDS)
 
     def assign(self, model: keras.Model, weights: dict[str, np.ndarray]) -> None:
-        for variable in [*model.trainable_variables, *self.statistics]:
+        for variable in self._held(model):
             variable.assign(weights[variable.path])
         self._remember_statistics(weights)
 
