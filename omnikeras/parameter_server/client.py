@@ -329,6 +329,29 @@ class ParameterServerClient:
 
         self._each(upload)
 
+    def replace_model(
+        self, weights: Mapping[str, np.ndarray], hyperparameters: Hyperparameters, fresh_optimizer: bool
+    ) -> None:
+        """Puts other variables (`weights`, every one the servers are to hold) in place of
+        the model's, spread over the shards afresh: see `ReplaceModel`. With
+        `fresh_optimizer` the optimizer starts afresh; otherwise the variables kept keep
+        their state."""
+        placement = balance_by_bytes({n: w.nbytes for n, w in weights.items()}, len(self.shards))
+        header = pb.ReplaceModelHeader(hyperparameters=hyperparameters.to_proto(), fresh_optimizer=fresh_optimizer)
+
+        def upload(index: int, shard: ShardConnection) -> pb.ReplaceModelReply:
+            mine = {n: w for n, w in weights.items() if placement[n] == index}
+
+            def requests() -> Iterator[pb.ReplaceModelRequest | bytes]:
+                yield pb.ReplaceModelRequest(header=header)
+                yield from tensors.encode_messages(pb.ReplaceModelRequest, mine)
+
+            return shard.call(lambda: shard.tensor_stub.ReplaceModel(requests(), timeout=self.timeout, metadata=shard.metadata))
+
+        self._forget_model()
+        # The caller's weights are the model's now: its gradients may be pushed at once.
+        self._versions = [reply.model_version for reply in self._each(upload)]
+
     def request_stop(self, history: str = "") -> None:
         """Ends training for every worker: each is told so in its next push result.
         `history` is the chief's History as JSON, which the others' `fit` returns."""

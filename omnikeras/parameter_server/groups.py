@@ -357,6 +357,9 @@ class GroupCoordinator:
                 )
             if step <= worker.last_step:
                 return self._reply(known_layout, self._duplicate(worker_id, worker, step, caller_gone))
+            if gradients.keys() != self.model.specs.keys():
+                # A shared-memory segment laid out for variables the model replaced since.
+                raise InvalidArgument("the gradients are not of the model's variables: describe the model again")
             group = worker.group
             if magnitudes is None:
                 magnitudes = {name: tensors.abs_sum(gradient) for name, gradient in gradients.items()}
@@ -627,6 +630,22 @@ class GroupCoordinator:
                     )
             return self._replace(weights, self.model.slots, self.model.iterations)
 
+    def replace_model(self, weights: dict[str, np.ndarray], hyperparameters: Hyperparameters, fresh_optimizer: bool) -> int:
+        """Puts other variables in place of the model's, between group steps (partial
+        steps are applied first), under `hyperparameters`; returns the new version. With
+        `fresh_optimizer` the optimizer starts afresh, else the variables kept keep their
+        state (see `ModelState.replace`). The snapshots, of the variables replaced, are
+        dropped."""
+        with self._cond:
+            self.model.require_initialized()
+            for group in list(self._pending):
+                self._complete(group)
+            self.model.replace(weights, hyperparameters, self.model.version + 1, fresh_optimizer)
+            self._snapshots.clear()
+            self._snapshot_guards.clear()
+            self._snapshot_iterations.clear()
+            return self._replaced()
+
     def restore_snapshot(self, name: str) -> int:
         """Puts a snapshot back between group steps; partial steps are applied first."""
         with self._cond:
@@ -655,6 +674,10 @@ class GroupCoordinator:
             self._complete(group)
         self.model.initialize(weights, self.model.version + 1, slots)
         self.model.iterations = iterations
+        return self._replaced(guards)
+
+    def _replaced(self, guards: Guards | None = None) -> int:
+        """Follows new weights in place: returns their version. Holds `_cond`."""
         # A gradient computed on the weights replaced is refused.
         self._restored_at = self.model.version
         self._meter = None

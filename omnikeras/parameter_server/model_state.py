@@ -102,6 +102,30 @@ class ModelState:
         self._pull_cache = None
         self._bounds = {}
 
+    def replace(
+        self, weights: Mapping[str, np.ndarray], hyperparameters: Hyperparameters, version: int, fresh_optimizer: bool
+    ) -> None:
+        """Other variables in place of these, under `hyperparameters`. With
+        `fresh_optimizer` the optimizer starts afresh; otherwise the variables kept (same
+        name, dtype and shape) keep their state, under the same optimizer and settings.
+        Raises `InvalidArgument`, with nothing changed, where the rule cannot update
+        variables of these shapes."""
+        hyperparameters.check_shapes({name: tuple(w.shape) for name, w in weights.items()})
+        before = self._hyperparameters
+        same_optimizer = not fresh_optimizer and (
+            (hyperparameters.optimizer, hyperparameters.settings, hyperparameters.adamw_variables)
+            == (before.optimizer, before.settings, before.adamw_variables)
+        )
+        kept = {
+            name: state
+            for name, state in self.slots.items()
+            if same_optimizer and name in weights and tensors.VariableSpec.of(name, weights[name]) == self.specs[name]
+        }
+        iterations = 0 if fresh_optimizer else self.iterations
+        self._hyperparameters = hyperparameters
+        self.initialize(weights, version, kept)
+        self.iterations = iterations
+
     def require_initialized(self) -> None:
         if not self.initialized:
             raise FailedPrecondition("the model is not initialised yet: call InitModel first")

@@ -140,6 +140,25 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
         return pb.SetWeightsReply(model_version=version)
 
     @_status_on_error
+    def ReplaceModel(
+        self, request_iterator: Iterator[tensors.Received[pb.ReplaceModelRequest]], context: grpc.ServicerContext
+    ) -> pb.ReplaceModelReply:
+        first = next(request_iterator, None)
+        if first is None or not first.message.HasField("header"):
+            raise InvalidArgument("ReplaceModel must start with its header")
+        header = first.message.header
+        hyperparameters = Hyperparameters.from_proto(header.hyperparameters)
+        self.coordinator.model.require_initialized()
+        weights, non_finite, _ = _assemble(request_iterator)
+        if not weights:
+            raise InvalidArgument("ReplaceModel carried no variables")
+        if non_finite is not None:
+            raise NonFinite("weight", non_finite)
+        version = self.coordinator.replace_model(weights, hyperparameters, header.fresh_optimizer)
+        logger.info("the model's variables replaced by a worker's, %d of them, as version %d", len(weights), version)
+        return pb.ReplaceModelReply(model_version=version)
+
+    @_status_on_error
     def Describe(self, request: pb.DescribeRequest, context: grpc.ServicerContext) -> pb.DescribeReply:
         model = self.coordinator.model
         return Description(
@@ -293,7 +312,8 @@ def _has_chunks(message_type: type[Message]) -> bool:
 def _assemble(
     requests: Iterator[tensors.Received[pb.PushRequest]]
     | Iterator[tensors.Received[pb.InitModelRequest]]
-    | Iterator[tensors.Received[pb.SetWeightsRequest]],
+    | Iterator[tensors.Received[pb.SetWeightsRequest]]
+    | Iterator[tensors.Received[pb.ReplaceModelRequest]],
     expected: Mapping[str, tensors.VariableSpec] | None = None,
     into: Mapping[str, np.ndarray] | None = None,
 ) -> tuple[dict[str, np.ndarray], str | None, dict[str, float]]:

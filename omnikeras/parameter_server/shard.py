@@ -75,6 +75,11 @@ class TensorStreamStub:
             request_serializer=tensors.serialize,
             response_deserializer=pb.SetWeightsReply.FromString,
         )
+        self.ReplaceModel = channel.stream_unary(
+            f"{service}/ReplaceModel",
+            request_serializer=tensors.serialize,
+            response_deserializer=pb.ReplaceModelReply.FromString,
+        )
         self.Push = channel.stream_unary(
             f"{service}/Push",
             request_serializer=tensors.serialize,

@@ -163,9 +163,12 @@ class ClusterWorker:
 
         The chief's later `fit` sets the server's rule from the model's optimizer as it is
         now (recompiled, or with other settings), which starts afresh where it is a new
-        one, as Keras' newly compiled optimizer does. A first `fit` finding a model on the
+        one, as Keras' newly compiled optimizer does. Where that `fit` trains other
+        variables (a layer unfrozen for fine-tuning, another model), the chief's replace
+        the servers', and the others wait for them. A first `fit` finding a model on the
         server (a restarted chief) leaves the rule and state as they are.
         """
+        earlier_names = set(self.names)
         self.statistics = model_statistics(model)
         self.loss_tracker = getattr(model, "_loss_tracker", None)
         held = self._held(model)
@@ -173,45 +176,70 @@ class ClusterWorker:
         # Keras' optimizer hands the strategy its variables' backend values.
         self._paths = {id(v.value): v.path for v in held}
         self.shapes = {v.path: (tuple(v.shape), np.dtype(v.dtype)) for v in held}
-        self._check_same_variables()
         rule = server_update_rule(model.optimizer, model.trainable_variables, self.statistics)
         earlier, self._optimizer = self._optimizer, model.optimizer
         fresh_optimizer = model.optimizer is not earlier
         if not fresh_optimizer:
-            # The train step that an earlier `fit` traced may not be traced again: keep the
-            # variables it found without gradients (`expect_gradients`).
-            rule = dataclasses.replace(rule, no_weight_decay=rule.no_weight_decay | self.hyperparameters.no_weight_decay)
+            # The train step that an earlier `fit` traced is not traced again until the
+            # model is compiled again: keep the variables it found without gradients
+            # (`expect_gradients`), and those it did not know, as Keras leaves them.
+            without = self.hyperparameters.no_weight_decay | (set(self.names) - earlier_names)
+            rule = dataclasses.replace(rule, no_weight_decay=rule.no_weight_decay | without)
         self.hyperparameters = dataclasses.replace(rule, compensate_asynchrony=self.config.compensate_asynchrony)
+        others = self._others_held(later_fit=earlier is not None)
         if self.config.is_chief:
             weights = {v.path: keras.ops.convert_to_numpy(v) for v in held}
-            if self.client.init_model(weights, self.hyperparameters):
+            if others:
+                logger.info("worker %d: this fit trains other variables (%s): they replace the servers'", self.config.worker_id, others)
+                self.client.replace_model(weights, self.hyperparameters, fresh_optimizer=fresh_optimizer)
+            elif self.client.init_model(weights, self.hyperparameters):
                 self._remember_statistics(weights)
                 return
-            if earlier is not None:
+            elif earlier is not None:
                 self.client.set_hyperparameters(self.hyperparameters, fresh_optimizer=fresh_optimizer)
+        elif others:
+            self._wait_for_variables()
         pulled = self.client.pull(wait_for_model=self.config.startup_timeout)
         self.assign(model, pulled.weights)
 
-    def _check_same_variables(self) -> None:
-        """Fails where the servers hold other variables than this `fit` trains: they keep
-        those of the cluster's first `fit`, and a layer frozen or unfrozen since (or
-        another model) would find its weights missing there."""
+    def _others_held(self, later_fit: bool) -> str:
+        """How the variables the servers hold differ from those this `fit` trains ("" where
+        they hold none, or the same). Only a later `fit` of this process replaces them (or
+        waits for the chief to): a first one finding others would lose what they learned,
+        the servers having resumed another stage of the script or another model."""
+        difference = self._difference()
+        if difference and not later_fit:
+            raise ValueError(
+                f"this fit trains other variables than the parameter servers hold ({difference}): they hold "
+                "another model's, or those of a later fit of this script, resumed from a checkpoint or kept "
+                "while this worker restarted. Launch afresh (another --log-dir) to train this model from "
+                "the start, or load the weights to resume into the model that fit trains"
+            )
+        return difference
+
+    def _difference(self) -> str:
         described = self.client.describe()
         if not described.model_initialized:
-            return
+            return ""
         held = {spec.name: (tuple(spec.shape), np.dtype(spec.dtype)) for spec in described.variables}
         if held == self.shapes:
-            return
+            return ""
         new = sorted(self.shapes.keys() - held.keys())
         gone = sorted(held.keys() - self.shapes.keys())
         changed = sorted(n for n in self.shapes.keys() & held.keys() if self.shapes[n] != held[n])
-        raise ValueError(
-            "this fit trains other variables than the parameter servers hold, which are those of the "
-            f"cluster's first fit (new: {new[:5]}, gone: {gone[:5]}, another shape or dtype: {changed[:5]}). "
-            "The servers keep one set of variables for a launch: freeze or unfreeze layers before the first "
-            "fit, or train the next stage in a new `omnikeras launch` that starts from weights this one saved "
-            "(model.save_weights, then model.load_weights)"
-        )
+        return f"new: {new[:5]}, gone: {gone[:5]}, another shape or dtype: {changed[:5]}"
+
+    def _wait_for_variables(self) -> None:
+        """Waits for the chief to put this `fit`'s variables on the servers."""
+        deadline = time.monotonic() + self.config.startup_timeout
+        while difference := self._difference():
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"the chief did not put this fit's variables on the parameter servers within "
+                    f"{self.config.startup_timeout:.0f} s ({difference}): every worker's script must "
+                    "train the same variables in each fit"
+                )
+            time.sleep(_POLL_SECONDS)
 
     # Training -----------------------------------------------------------------------------
 

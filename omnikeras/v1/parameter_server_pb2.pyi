@@ -386,6 +386,28 @@ class SetWeightsReply(_message.Message):
     model_version: int
     def __init__(self, model_version: _Optional[int] = ...) -> None: ...
 
+class ReplaceModelRequest(_message.Message):
+    __slots__ = ("header", "chunk")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    header: ReplaceModelHeader
+    chunk: TensorChunk
+    def __init__(self, header: _Optional[_Union[ReplaceModelHeader, _Mapping]] = ..., chunk: _Optional[_Union[TensorChunk, _Mapping]] = ...) -> None: ...
+
+class ReplaceModelHeader(_message.Message):
+    __slots__ = ("hyperparameters", "fresh_optimizer")
+    HYPERPARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    FRESH_OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
+    hyperparameters: Hyperparameters
+    fresh_optimizer: bool
+    def __init__(self, hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., fresh_optimizer: _Optional[bool] = ...) -> None: ...
+
+class ReplaceModelReply(_message.Message):
+    __slots__ = ("model_version",)
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    model_version: int
+    def __init__(self, model_version: _Optional[int] = ...) -> None: ...
+
 class RequestStopRequest(_message.Message):
     __slots__ = ("history_json",)
     HISTORY_JSON_FIELD_NUMBER: _ClassVar[int]

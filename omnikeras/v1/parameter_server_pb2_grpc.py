@@ -115,6 +115,11 @@ class ParameterServerStub:
                 request_serializer=omnikeras_dot_v1_dot_parameter__server__pb2.SetWeightsRequest.SerializeToString,
                 response_deserializer=omnikeras_dot_v1_dot_parameter__server__pb2.SetWeightsReply.FromString,
                 _registered_method=True)
+        self.ReplaceModel = channel.stream_unary(
+                '/omnikeras.v1.ParameterServer/ReplaceModel',
+                request_serializer=omnikeras_dot_v1_dot_parameter__server__pb2.ReplaceModelRequest.SerializeToString,
+                response_deserializer=omnikeras_dot_v1_dot_parameter__server__pb2.ReplaceModelReply.FromString,
+                _registered_method=True)
 
 
 class ParameterServerServicer:
@@ -230,6 +235,16 @@ class ParameterServerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReplaceModel(self, request_iterator, context):
+        """Puts other variables in place of the model's, between group steps: a later `fit` of
+        the chief that trains others (a layer unfrozen for fine-tuning, another model).
+        Partial steps are applied first; gradients computed before it are refused, and the
+        snapshots of the variables replaced are dropped. Carries every variable of the shard.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ParameterServerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -312,6 +327,11 @@ def add_ParameterServerServicer_to_server(servicer, server):
                     servicer.SetWeights,
                     request_deserializer=omnikeras_dot_v1_dot_parameter__server__pb2.SetWeightsRequest.FromString,
                     response_serializer=omnikeras_dot_v1_dot_parameter__server__pb2.SetWeightsReply.SerializeToString,
+            ),
+            'ReplaceModel': grpc.stream_unary_rpc_method_handler(
+                    servicer.ReplaceModel,
+                    request_deserializer=omnikeras_dot_v1_dot_parameter__server__pb2.ReplaceModelRequest.FromString,
+                    response_serializer=omnikeras_dot_v1_dot_parameter__server__pb2.ReplaceModelReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -747,6 +767,33 @@ class ParameterServer:
             '/omnikeras.v1.ParameterServer/SetWeights',
             omnikeras_dot_v1_dot_parameter__server__pb2.SetWeightsRequest.SerializeToString,
             omnikeras_dot_v1_dot_parameter__server__pb2.SetWeightsReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReplaceModel(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/omnikeras.v1.ParameterServer/ReplaceModel',
+            omnikeras_dot_v1_dot_parameter__server__pb2.ReplaceModelRequest.SerializeToString,
+            omnikeras_dot_v1_dot_parameter__server__pb2.ReplaceModelReply.FromString,
             options,
             channel_credentials,
             insecure,

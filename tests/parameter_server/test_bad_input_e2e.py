@@ -284,3 +284,29 @@ def test_weights_set_with_a_wrong_variable_or_nan_are_refused_and_change_nothing
     client.set_weights({name: np.full_like(w, 3.0) for name, w in before.items()})
     for name, weight in client.pull().weights.items():
         np.testing.assert_array_equal(weight, np.full_like(before[name], 3.0))
+
+
+def test_a_model_replaced_with_no_header_no_variables_or_nan_is_refused_and_changes_nothing(cluster) -> None:
+    client, worker, stub = cluster
+    before = client.pull().weights
+    header = pb.ReplaceModelRequest(header=pb.ReplaceModelHeader(hyperparameters=Hyperparameters(0.1).to_proto()))
+    for messages, message in (
+        ([pb.ReplaceModelRequest(chunk=c) for c in _chunks(v=np.ones(2, np.float32))], "header"),
+        ([header], "no variables"),
+        ([header, *(pb.ReplaceModelRequest(chunk=c) for c in _chunks(v=np.full(2, np.nan, np.float32)))], "NaN"),
+    ):
+        with pytest.raises(grpc.RpcError) as raised:
+            stub.ReplaceModel(iter(messages), timeout=30)
+        assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert message in raised.value.details()
+    after = client.pull().weights
+    assert after.keys() == before.keys()
+    for name, weight in before.items():
+        np.testing.assert_array_equal(after[name], weight)
+
+    client.replace_model({"v": np.ones(2, np.float32)}, Hyperparameters(0.5), fresh_optimizer=True)
+    assert [spec.name for spec in client.describe().variables] == ["v"]
+    _, pulled = client.push_pull({"v": np.ones(2, np.float32)}, step=1, example_count=1)
+    np.testing.assert_allclose(pulled.weights["v"], [0.5, 0.5])
+    with pytest.raises(KeyError, match="no variables named"):
+        client.push_pull(GOOD, step=2, example_count=1)

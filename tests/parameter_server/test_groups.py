@@ -389,3 +389,35 @@ def test_set_weights_replaces_the_weights_keeps_the_optimizer_s_state_and_refuse
     with pytest.raises(Aborted):
         coordinator.push(worker, 2, 1, 1, {"w": np.ones(3, np.float32)})
     np.testing.assert_array_equal(_weights(coordinator), np.full(3, 7.0))
+
+
+def test_replace_model_puts_other_variables_in_place_and_refuses_older_gradients() -> None:
+    rule = Hyperparameters(0.5, momentum=0.9)
+    coordinator = GroupCoordinator(ModelState(rule), 1, 30.0)
+    coordinator.initialize({"w": np.zeros(3, np.float32), "b": np.zeros(2, np.float32)}, rule)
+    worker = coordinator.register()[0]
+    coordinator.push(worker, 1, 0, 1, {"w": np.ones(3, np.float32), "b": np.ones(2, np.float32)})
+    momentum = coordinator.model.slots["w"]["momentum"].copy()
+    coordinator.save_snapshot("best")
+
+    # Same optimizer: "w" keeps its state and the iteration count stays; "b" is gone
+    # and "v" is new.
+    weights = {"w": np.full(3, 7.0, np.float32), "v": np.ones((2, 2), np.float32)}
+    assert coordinator.replace_model(weights, rule, fresh_optimizer=False) == 2
+    assert coordinator.model.specs.keys() == {"w", "v"}
+    np.testing.assert_array_equal(coordinator.model.slots["w"]["momentum"], momentum)
+    assert coordinator.model.slots.keys() == {"w"}
+    assert coordinator.model.iterations == 1
+    with pytest.raises(NotFound):
+        coordinator.restore_snapshot("best")  # of the variables replaced
+    with pytest.raises(Aborted):
+        coordinator.push(worker, 2, 1, 1, {"w": np.ones(3, np.float32), "b": np.ones(2, np.float32)})
+    with pytest.raises(InvalidArgument, match="not of the model's variables"):
+        coordinator.push(worker, 3, 2, 1, {"w": np.ones(3, np.float32), "b": np.ones(2, np.float32)})
+    coordinator.push(worker, 4, 2, 1, {"w": np.ones(3, np.float32), "v": np.ones((2, 2), np.float32)})
+    np.testing.assert_allclose(coordinator.model.weights["v"], np.full((2, 2), 0.5))
+
+    # A fresh optimizer (a recompiled model) starts without state, at iteration 0.
+    assert coordinator.replace_model({"w": np.zeros(3, np.float32)}, Hyperparameters(0.1), fresh_optimizer=True) == 4
+    assert coordinator.model.slots == {} and coordinator.model.iterations == 0
+    assert coordinator.hyperparameters().learning_rate == 0.1

@@ -345,18 +345,48 @@ def test_several_steps_per_execution_train_one_step_per_call_on_each_batch_once(
     assert read == [list(range(start, start + 8)) for start in range(0, 80, 8)] * 2
 
 
-def test_a_later_fit_that_trains_other_variables_is_refused_with_what_to_do(server) -> None:
-    strategy = omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,)))
+def _fine_tuned(
+    strategy: tf.distribute.Strategy, recompile: bool
+) -> tuple[keras.Model, list[keras.callbacks.History], np.ndarray]:
+    """keras-io's transfer learning: a frozen base under a new head, then the base
+    unfrozen (and the model recompiled, with a lower rate, where `recompile`)."""
+    keras.utils.set_random_seed(3)
     with strategy.scope():
-        base = keras.layers.Dense(4, name="base")
+        base = keras.layers.Dense(4, activation="relu", name="base")
         base.trainable = False
         model = keras.Sequential([keras.Input((4,)), base, keras.layers.Dense(3, activation="softmax")], name="tuned")
-        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+        model.compile(optimizer=keras.optimizers.Adam(0.01), loss="sparse_categorical_crossentropy")
     x, y = _data()
-    model.fit(x, y, batch_size=32, epochs=1, verbose=0)
-    # Fine-tuning: the frozen layer unfrozen, the model recompiled.
+    histories = [model.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0)]
+    frozen = keras.ops.convert_to_numpy(base.kernel)
     base.trainable = True
-    with strategy.scope():
-        model.compile(optimizer=keras.optimizers.SGD(0.01), loss="sparse_categorical_crossentropy")
-    with pytest.raises(ValueError, match=r"new: \['tuned/base/bias', 'tuned/base/kernel'\].*new `omnikeras launch`"):
-        model.fit(x, y, batch_size=32, epochs=1, verbose=0)
+    if recompile:
+        with strategy.scope():
+            model.compile(optimizer=keras.optimizers.Adam(0.001), loss="sparse_categorical_crossentropy")
+    histories.append(model.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0))
+    return model, histories, frozen
+
+
+@pytest.mark.parametrize("recompile", [True, False], ids=["recompiled", "not-recompiled"])
+def test_a_later_fit_that_trains_other_variables_trains_them_as_keras_does(server, recompile: bool) -> None:
+    plain, plain_histories, _ = _fine_tuned(tf.distribute.get_strategy(), recompile)
+    model, histories, frozen = _fine_tuned(omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,))), recompile)
+    for ours, theirs in zip(histories, plain_histories):
+        np.testing.assert_allclose(ours.history["loss"], theirs.history["loss"], rtol=1e-5)
+    for ours, theirs in zip(model.weights, plain.weights):
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(ours), keras.ops.convert_to_numpy(theirs), atol=1e-5)
+    # The base trained only where Keras trains it: after a recompile.
+    assert np.array_equal(frozen, keras.ops.convert_to_numpy(model.get_layer("base").kernel)) != recompile
+    held = ParameterServerClient([server.address]).pull().weights
+    assert set(held) == {v.path for v in model.trainable_variables}
+    for variable in model.trainable_variables:
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(variable), held[variable.path])
+
+
+def test_a_first_fit_finding_other_variables_on_the_servers_fails_rather_than_replace_them(server) -> None:
+    # The servers resumed another model (a reused log dir's checkpoint, say).
+    ParameterServerClient([server.address]).init_model({"other/kernel": np.ones(2, np.float32)}, omnikeras.Hyperparameters(0.1))
+    model = _model(omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,))), keras.optimizers.SGD)
+    with pytest.raises(ValueError, match=r"gone: \['other/kernel'\].*Launch afresh"):
+        model.fit(*_data(), batch_size=32, epochs=1, verbose=0)
+    np.testing.assert_array_equal(ParameterServerClient([server.address]).pull().weights["other/kernel"], [1, 1])
