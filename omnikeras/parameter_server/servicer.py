@@ -137,6 +137,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
             raise NonFinite("weight", non_finite)
         version = self.coordinator.set_weights(weights)
         logger.info("weights set by a worker as version %d", version)
+        self._save_after_replacing()
         return pb.SetWeightsReply(model_version=version)
 
     @_status_on_error
@@ -156,6 +157,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
             raise NonFinite("weight", non_finite)
         version = self.coordinator.replace_model(weights, hyperparameters, header.fresh_optimizer)
         logger.info("the model's variables replaced by a worker's, %d of them, as version %d", len(weights), version)
+        self._save_after_replacing()
         return pb.ReplaceModelReply(model_version=version)
 
     @_status_on_error
@@ -242,6 +244,13 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
         self.coordinator.model.require_initialized()
         path, version = self.save_checkpoint()
         return pb.CheckpointReply(path=str(path), model_version=version)
+
+    def _save_after_replacing(self) -> None:
+        """Writes a checkpoint of weights a worker put in place: they are not the sum of
+        updates that a restart could lose a few of, and a server resuming the variables
+        replaced would refuse every push."""
+        if self.save_checkpoint is not None:
+            self.save_checkpoint()
 
     def _push(self, request_iterator: Iterator[tensors.Received[pb.PushRequest]], context: grpc.ServicerContext) -> PushResult:
         first = next(request_iterator, None)

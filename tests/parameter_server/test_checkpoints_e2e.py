@@ -95,6 +95,28 @@ def test_periodic_checkpoints_survive_a_crash(start_server, tmp_path) -> None:
         np.testing.assert_array_equal(after.weights[name], before.weights[name])
 
 
+def test_weights_a_worker_puts_in_place_are_checkpointed_at_once(start_server, tmp_path) -> None:
+    # No timer: only the replacement itself writes the checkpoints the restart resumes.
+    server = start_server("--checkpoint-dir", str(tmp_path))
+    client = ParameterServerClient([server.address])
+    client.register()
+    client.init_model(WEIGHTS, Hyperparameters(0.1))
+    tuned = {"base/kernel": np.full((2, 2), 0.5, np.float32), **WEIGHTS}
+    client.replace_model(tuned, Hyperparameters(0.01, optimizer="Adam"), fresh_optimizer=True)
+    client.push(_gradients(1) | {"base/kernel": np.ones((2, 2), np.float32)}, step=1, example_count=8)
+    best = {name: np.full_like(w, 2.0) for name, w in tuned.items()}
+    client.set_weights(best)
+    server.kill()
+
+    restarted = ParameterServerClient([start_server("--checkpoint-dir", str(tmp_path)).address])
+    described = restarted.describe()
+    assert sorted(spec.name for spec in described.variables) == sorted(tuned)
+    assert described.hyperparameters.optimizer == "Adam"
+    resumed = restarted.pull().weights
+    for name, weight in best.items():
+        np.testing.assert_array_equal(resumed[name], weight)
+
+
 def test_a_clean_stop_writes_a_last_checkpoint_and_old_ones_are_pruned(start_server, tmp_path) -> None:
     server = start_server("--checkpoint-dir", str(tmp_path))
     client = ParameterServerClient([server.address])
