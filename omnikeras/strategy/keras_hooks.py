@@ -21,6 +21,11 @@
    those replicas, but each sees only its own gradients: a member that overflows pushes
    anyway, flagged, so that its group step goes on and skips the update, and every
    member sets its scale from what the group step did (see `_apply_loss_scaled`).
+6. `TensorFlowTrainer._maybe_symbolic_build`: under any strategy Keras builds the model
+   from a batch before training, which a model without `call` (keras-io's VAE: a train
+   step of its own over sub-models) cannot be; without a strategy Keras leaves it to
+   the train step's tracing, and so does this one for such a model, building only its
+   optimizer beforehand.
 
 All are private to Keras, so the supported Keras range is pinned and checked here, and
 tests fail if a hook stops being called. Models under any other strategy go through
@@ -61,11 +66,13 @@ _original_all_reduce_sum_gradients = TFOptimizer._all_reduce_sum_gradients
 _original_fit = TensorFlowTrainer.fit
 _original_catch_stop_iteration = TFEpochIterator.catch_stop_iteration
 _original_loss_scale_apply = LossScaleOptimizer._tf_apply
+_original_maybe_symbolic_build = TensorFlowTrainer._maybe_symbolic_build
 
 
 @functools.wraps(_original_update_step)
 def _update_step(self: TFOptimizer, distribution: Any, grads_and_vars: list, learning_rate: Any) -> None:
     if isinstance(distribution, GroupedAsyncStrategy):
+        distribution.worker.check_applying(self)
         return distribution.apply_through_server(grads_and_vars)
     return _original_update_step(self, distribution, grads_and_vars, learning_rate)
 
@@ -89,6 +96,16 @@ def _fit(self: TensorFlowTrainer, *args: Any, **kwargs: Any) -> keras.callbacks.
     if isinstance(self.distribute_strategy, GroupedAsyncStrategy):
         return fit_through_server(self, _original_fit, *args, **kwargs)
     return _original_fit(self, *args, **kwargs)
+
+
+@functools.wraps(_original_maybe_symbolic_build)
+def _maybe_symbolic_build(self: TensorFlowTrainer, iterator: Any = None, data_batch: Any = None) -> None:
+    if isinstance(self._distribute_strategy, GroupedAsyncStrategy) and type(self).call is keras.Model.call:
+        if self.optimizer is not None and not self.optimizer.built:
+            with self.distribute_strategy.scope():
+                self.optimizer.build(self.trainable_variables)
+        return
+    _original_maybe_symbolic_build(self, iterator, data_batch)
 
 
 @contextlib.contextmanager
@@ -181,3 +198,4 @@ def install() -> None:
     TensorFlowTrainer.fit = _fit
     TFEpochIterator.catch_stop_iteration = _catch_stop_iteration
     LossScaleOptimizer._tf_apply = _loss_scale_apply
+    TensorFlowTrainer._maybe_symbolic_build = _maybe_symbolic_build

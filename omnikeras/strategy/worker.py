@@ -250,6 +250,19 @@ class ClusterWorker:
             raise ValueError(f"a gradient for {variable.name}, which is not one of the model's variables")
         return path
 
+    def check_applying(self, optimizer: keras.optimizers.Optimizer) -> None:
+        """Called as the train step is traced, with the optimizer that applies its
+        gradients: the servers apply the model's, and only once a step."""
+        compiled = self._optimizer
+        if optimizer is compiled or optimizer is getattr(compiled, "inner_optimizer", None):
+            return
+        raise ValueError(
+            f"the train step applies gradients with an optimizer other than the model's ({optimizer.name}, "
+            f"not {getattr(compiled, 'name', None)}): the parameter servers apply the model's one optimizer "
+            "(model.optimizer), once a step, so a train_step with optimizers of its own (a GAN's) cannot train "
+            "under GroupedAsyncStrategy. Train such a model outside the strategy's scope"
+        )
+
     def expect_gradients(self, names: Sequence[str]) -> None:
         """Called as the train step is traced, with the variables Keras has gradients for.
 

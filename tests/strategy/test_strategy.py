@@ -390,3 +390,47 @@ def test_a_first_fit_finding_other_variables_on_the_servers_fails_rather_than_re
     with pytest.raises(ValueError, match=r"gone: \['other/kernel'\].*Launch afresh"):
         model.fit(*_data(), batch_size=32, epochs=1, verbose=0)
     np.testing.assert_array_equal(ParameterServerClient([server.address]).pull().weights["other/kernel"], [1, 1])
+
+
+class _TwoParts(keras.Model):
+    """keras-io's VAE and GANs: no `call`, a train step of its own over sub-models, and
+    (`own_optimizer`) a GAN's optimizers of its own."""
+
+    def __init__(self, own_optimizer: bool = False) -> None:
+        super().__init__()
+        self.encoder = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+        self.decoder = keras.Sequential([keras.Input((2,)), keras.layers.Dense(4)])
+        self.own_optimizer = keras.optimizers.SGD(0.1) if own_optimizer else None
+
+    def train_step(self, data: tf.Tensor) -> dict:
+        with tf.GradientTape() as tape:
+            loss = keras.ops.mean(keras.ops.square(self.decoder(self.encoder(data)) - data))
+        optimizer = self.own_optimizer or self.optimizer
+        optimizer.apply_gradients(zip(tape.gradient(loss, self.trainable_variables), self.trainable_variables))
+        return {"reconstruction": loss}
+
+
+def _two_parts(strategy: tf.distribute.Strategy, own_optimizer: bool = False) -> keras.Model:
+    keras.utils.set_random_seed(5)
+    with strategy.scope():
+        model = _TwoParts(own_optimizer)
+        model.compile(optimizer=keras.optimizers.Adam(0.01))
+    return model
+
+
+def test_a_model_without_call_trains_through_its_own_train_step_as_in_keras(server) -> None:
+    x, _ = _data()
+    plain = _two_parts(tf.distribute.get_strategy())
+    expected = plain.fit(x, batch_size=32, epochs=3, shuffle=False, verbose=0).history["reconstruction"]
+    model = _two_parts(omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,))))
+    history = model.fit(x, batch_size=32, epochs=3, shuffle=False, verbose=0)
+    np.testing.assert_allclose(history.history["reconstruction"], expected, rtol=1e-5)
+    assert history.history["reconstruction"][-1] < history.history["reconstruction"][0]
+    for ours, theirs in zip(model.weights, plain.weights):
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(ours), keras.ops.convert_to_numpy(theirs), atol=1e-5)
+
+
+def test_a_train_step_with_an_optimizer_of_its_own_is_refused(server) -> None:
+    model = _two_parts(omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,))), own_optimizer=True)
+    with pytest.raises(ValueError, match=r"optimizer other than the model's \(sgd\w*, not adam\w*\).*outside the strategy's scope"):
+        model.fit(_data()[0], batch_size=32, epochs=1, verbose=0)
