@@ -42,8 +42,10 @@ class CheckpointDirectory:
             "assignment": {str(w): g for w, g in state.assignment.items()},
             "next_batch": state.next_batch,
             "snapshots": list(state.snapshots),
+            "frozen_names": list(state.frozen_weights),
         }
         arrays = _arrays("", names, (state.weights, state.slots))
+        arrays.update({f"f{i}": weight for i, weight in enumerate(state.frozen_weights.values())})
         for number, snapshot in enumerate(state.snapshots.values()):
             arrays.update(_arrays(f"s{number}", names, snapshot))
         path = self.directory / f"{_PREFIX}{state.version:012d}{_SUFFIX}"
@@ -74,6 +76,7 @@ class CheckpointDirectory:
                 name: _read_arrays(data, f"s{number}", names)
                 for number, name in enumerate(header.get("snapshots", []))
             }
+            frozen_weights = {name: data[f"f{i}"] for i, name in enumerate(header.get("frozen_names", []))}
         return ServerState(
             weights=weights,
             slots=slots,
@@ -87,6 +90,7 @@ class CheckpointDirectory:
             assignment={int(w): g for w, g in header["assignment"].items()},
             next_batch=header.get("next_batch", 0),
             snapshots=snapshots,
+            frozen_weights=frozen_weights,
         )
 
     def _prune(self) -> None:

@@ -352,6 +352,30 @@ class ParameterServerClient:
         # The caller's weights are the model's now: its gradients may be pushed at once.
         self._versions = [reply.model_version for reply in self._each(upload)]
 
+    def set_frozen_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+        """Puts a model's frozen weights (see `SetFrozenWeights`) on the first server, in
+        place of those it holds."""
+        shard = self.shards[0]
+        shard.call(
+            lambda: shard.tensor_stub.SetFrozenWeights(
+                tensors.encode_messages(pb.SetFrozenWeightsRequest, weights), timeout=self.timeout, metadata=shard.metadata
+            )
+        )
+
+    def frozen_weights(self) -> dict[str, np.ndarray]:
+        """The frozen weights the first server holds (none where none were set)."""
+        shard = self.shards[0]
+
+        def fetch() -> dict[str, np.ndarray]:
+            assembler = tensors.TensorAssembler()
+            for reply in shard.tensor_stub.GetFrozenWeights(
+                pb.GetFrozenWeightsRequest(), timeout=self.timeout, metadata=shard.metadata
+            ):
+                assembler.add(reply.message.chunk, reply.data)
+            return assembler.finish()
+
+        return shard.call(fetch)
+
     def request_stop(self, history: str = "") -> None:
         """Ends training for every worker: each is told so in its next push result.
         `history` is the chief's History as JSON, which the others' `fit` returns."""

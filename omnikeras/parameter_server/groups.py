@@ -116,6 +116,7 @@ class GroupCoordinator:
         # last one handed over (`request_stop`); the one under way's, until it ends.
         self._trainings_ended = 0
         self._chief_history = ""
+        self._frozen_weights: dict[str, np.ndarray] = {}
         self._history_under_way = ""
         self._layout_version = 0
         # Gradients computed before this version belong to weights a restore replaced.
@@ -630,6 +631,19 @@ class GroupCoordinator:
                     )
             return self._replace(weights, self.model.slots, self.model.iterations)
 
+    def set_frozen_weights(self, weights: dict[str, np.ndarray]) -> None:
+        """Holds a model's frozen weights (its non-trainable weights other than the
+        statistics: a frozen layer's), in place of those held. No update changes them:
+        they are kept for the workers whose own were initialised otherwise, and for a
+        restart."""
+        with self._cond:
+            self._frozen_weights = weights
+
+    def frozen_weights(self) -> dict[str, np.ndarray]:
+        """The frozen weights last set (never changed in place: not a copy)."""
+        with self._cond:
+            return self._frozen_weights
+
     def replace_model(self, weights: dict[str, np.ndarray], hyperparameters: Hyperparameters, fresh_optimizer: bool) -> int:
         """Puts other variables in place of the model's, between group steps (partial
         steps are applied first), under `hyperparameters`; returns the new version. With
@@ -757,6 +771,7 @@ class GroupCoordinator:
                 next_batch=min((b for b, _ in self._batch_of_group.values()), default=self._batches_handed_out),
                 # Never changed once saved: shared, not copied.
                 snapshots=dict(self._snapshots),
+                frozen_weights=self._frozen_weights,
             )
 
     def restore(self, state: ServerState) -> None:
@@ -774,6 +789,7 @@ class GroupCoordinator:
             self._batches_handed_out = state.next_batch
             self._batch_of_group.clear()
             self._snapshots = dict(state.snapshots)
+            self._frozen_weights = dict(state.frozen_weights)
             self._snapshot_guards.clear()
             self._snapshot_iterations.clear()
             self._cond.notify_all()

@@ -28,3 +28,5 @@ class ServerState:
     next_batch: int = 0
     # The snapshots saved by name (a tuner's), so that a restarted server can restore them.
     snapshots: dict[str, Arrays] = field(default_factory=dict)
+    # The model's frozen weights (see `GroupCoordinator.set_frozen_weights`).
+    frozen_weights: dict[str, np.ndarray] = field(default_factory=dict)

@@ -161,6 +161,25 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
         return pb.ReplaceModelReply(model_version=version)
 
     @_status_on_error
+    def SetFrozenWeights(
+        self, request_iterator: Iterator[tensors.Received[pb.SetFrozenWeightsRequest]], context: grpc.ServicerContext
+    ) -> pb.SetFrozenWeightsReply:
+        weights, non_finite, _ = _assemble(request_iterator)
+        if non_finite is not None:
+            raise NonFinite("frozen weight", non_finite)
+        self.coordinator.set_frozen_weights(weights)
+        logger.info("frozen weights set by a worker, %d of them", len(weights))
+        if self.coordinator.model.initialized:
+            self._save_after_replacing()
+        return pb.SetFrozenWeightsReply()
+
+    @_status_on_error
+    def GetFrozenWeights(
+        self, request: pb.GetFrozenWeightsRequest, context: grpc.ServicerContext
+    ) -> Iterator[bytes]:
+        return tensors.encode_messages(pb.GetFrozenWeightsReply, self.coordinator.frozen_weights())
+
+    @_status_on_error
     def Describe(self, request: pb.DescribeRequest, context: grpc.ServicerContext) -> pb.DescribeReply:
         model = self.coordinator.model
         return Description(
@@ -322,7 +341,8 @@ def _assemble(
     requests: Iterator[tensors.Received[pb.PushRequest]]
     | Iterator[tensors.Received[pb.InitModelRequest]]
     | Iterator[tensors.Received[pb.SetWeightsRequest]]
-    | Iterator[tensors.Received[pb.ReplaceModelRequest]],
+    | Iterator[tensors.Received[pb.ReplaceModelRequest]]
+    | Iterator[tensors.Received[pb.SetFrozenWeightsRequest]],
     expected: Mapping[str, tensors.VariableSpec] | None = None,
     into: Mapping[str, np.ndarray] | None = None,
 ) -> tuple[dict[str, np.ndarray], str | None, dict[str, float]]:

@@ -80,6 +80,16 @@ class TensorStreamStub:
             request_serializer=tensors.serialize,
             response_deserializer=pb.ReplaceModelReply.FromString,
         )
+        self.SetFrozenWeights = channel.stream_unary(
+            f"{service}/SetFrozenWeights",
+            request_serializer=tensors.serialize,
+            response_deserializer=pb.SetFrozenWeightsReply.FromString,
+        )
+        self.GetFrozenWeights = channel.unary_stream(
+            f"{service}/GetFrozenWeights",
+            request_serializer=pb.GetFrozenWeightsRequest.SerializeToString,
+            response_deserializer=tensors.decoder(pb.GetFrozenWeightsReply),
+        )
         self.Push = channel.stream_unary(
             f"{service}/Push",
             request_serializer=tensors.serialize,

@@ -16,6 +16,7 @@ import tensorflow as tf
 from omnikeras.config import WorkerConfig
 from omnikeras.parameter_server import GroupLayout, Hyperparameters, ParameterServerClient, PushResult, Stats
 from omnikeras.parameter_server.errors import Refusal, refusal_of
+from omnikeras.parameter_server.tensors import SUPPORTED_DTYPES
 from omnikeras.strategy import data
 from omnikeras.strategy.place import GroupPlace
 from omnikeras.strategy.update_rule import model_statistics, server_update_rule
@@ -167,6 +168,9 @@ class ClusterWorker:
         variables (a layer unfrozen for fine-tuning, another model), the chief's replace
         the servers', and the others wait for them. A first `fit` finding a model on the
         server (a restarted chief) leaves the rule and state as they are.
+
+        The frozen weights (a frozen layer's: see `_share_frozen`) are the chief's on every
+        worker too.
         """
         earlier_names = set(self.names)
         self.statistics = model_statistics(model)
@@ -194,6 +198,7 @@ class ClusterWorker:
                 self.client.replace_model(weights, self.hyperparameters, fresh_optimizer=fresh_optimizer)
             elif self.client.init_model(weights, self.hyperparameters):
                 self._remember_statistics(weights)
+                self._share_frozen(model, put=True)
                 return
             elif earlier is not None:
                 self.client.set_hyperparameters(self.hyperparameters, fresh_optimizer=fresh_optimizer)
@@ -201,6 +206,43 @@ class ClusterWorker:
             self._wait_for_variables()
         pulled = self.client.pull(wait_for_model=self.config.startup_timeout)
         self.assign(model, pulled.weights)
+        # A chief's first fit that found a model on the servers (resumed) takes theirs.
+        self._share_frozen(model, put=self.config.is_chief and (bool(others) or earlier is not None))
+
+    def _share_frozen(self, model: keras.Model, put: bool) -> None:
+        """Puts the model's frozen weights (its non-trainable weights other than the
+        statistics: a frozen layer's) on the servers, or takes those there: no update
+        changes them, so they are not exchanged at each step, but every worker must start
+        from the chief's (its own may be initialised otherwise: a random layer frozen).
+
+        A worker other than the chief waits for the chief's (as many, of the same shapes);
+        a chief that finds none such on the servers puts its own.
+        """
+        statistics = {v.path for v in self.statistics}
+        frozen = {
+            v.path: v
+            for v in model.non_trainable_weights
+            if v.path not in statistics and np.dtype(v.dtype).name in SUPPORTED_DTYPES
+        }
+        if not frozen:
+            return
+        wanted = {path: (tuple(v.shape), np.dtype(v.dtype)) for path, v in frozen.items()}
+        deadline = time.monotonic() + self.config.startup_timeout
+        while not put:
+            held = self.client.frozen_weights()
+            if {path: (w.shape, w.dtype) for path, w in held.items()} == wanted:
+                for path, variable in frozen.items():
+                    variable.assign(held[path])
+                return
+            if self.config.is_chief:
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"the chief did not put this fit's frozen weights on the parameter servers within "
+                    f"{self.config.startup_timeout:.0f} s: every worker's script must freeze the same layers"
+                )
+            time.sleep(_POLL_SECONDS)
+        self.client.set_frozen_weights({path: keras.ops.convert_to_numpy(v) for path, v in frozen.items()})
 
     def _others_held(self, later_fit: bool) -> str:
         """How the variables the servers hold differ from those this `fit` trains ("" where

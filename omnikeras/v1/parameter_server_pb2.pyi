@@ -408,6 +408,26 @@ class ReplaceModelReply(_message.Message):
     model_version: int
     def __init__(self, model_version: _Optional[int] = ...) -> None: ...
 
+class SetFrozenWeightsRequest(_message.Message):
+    __slots__ = ("chunk",)
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    chunk: TensorChunk
+    def __init__(self, chunk: _Optional[_Union[TensorChunk, _Mapping]] = ...) -> None: ...
+
+class SetFrozenWeightsReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetFrozenWeightsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetFrozenWeightsReply(_message.Message):
+    __slots__ = ("chunk",)
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    chunk: TensorChunk
+    def __init__(self, chunk: _Optional[_Union[TensorChunk, _Mapping]] = ...) -> None: ...
+
 class RequestStopRequest(_message.Message):
     __slots__ = ("history_json",)
     HISTORY_JSON_FIELD_NUMBER: _ClassVar[int]

@@ -120,6 +120,16 @@ class ParameterServerStub:
                 request_serializer=omnikeras_dot_v1_dot_parameter__server__pb2.ReplaceModelRequest.SerializeToString,
                 response_deserializer=omnikeras_dot_v1_dot_parameter__server__pb2.ReplaceModelReply.FromString,
                 _registered_method=True)
+        self.SetFrozenWeights = channel.stream_unary(
+                '/omnikeras.v1.ParameterServer/SetFrozenWeights',
+                request_serializer=omnikeras_dot_v1_dot_parameter__server__pb2.SetFrozenWeightsRequest.SerializeToString,
+                response_deserializer=omnikeras_dot_v1_dot_parameter__server__pb2.SetFrozenWeightsReply.FromString,
+                _registered_method=True)
+        self.GetFrozenWeights = channel.unary_stream(
+                '/omnikeras.v1.ParameterServer/GetFrozenWeights',
+                request_serializer=omnikeras_dot_v1_dot_parameter__server__pb2.GetFrozenWeightsRequest.SerializeToString,
+                response_deserializer=omnikeras_dot_v1_dot_parameter__server__pb2.GetFrozenWeightsReply.FromString,
+                _registered_method=True)
 
 
 class ParameterServerServicer:
@@ -245,6 +255,20 @@ class ParameterServerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetFrozenWeights(self, request_iterator, context):
+        """Puts a model's frozen weights in place of those the server holds (all of them, whole),
+        and gives them back. The first server holds them, and keeps them in its checkpoints.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetFrozenWeights(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ParameterServerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -332,6 +356,16 @@ def add_ParameterServerServicer_to_server(servicer, server):
                     servicer.ReplaceModel,
                     request_deserializer=omnikeras_dot_v1_dot_parameter__server__pb2.ReplaceModelRequest.FromString,
                     response_serializer=omnikeras_dot_v1_dot_parameter__server__pb2.ReplaceModelReply.SerializeToString,
+            ),
+            'SetFrozenWeights': grpc.stream_unary_rpc_method_handler(
+                    servicer.SetFrozenWeights,
+                    request_deserializer=omnikeras_dot_v1_dot_parameter__server__pb2.SetFrozenWeightsRequest.FromString,
+                    response_serializer=omnikeras_dot_v1_dot_parameter__server__pb2.SetFrozenWeightsReply.SerializeToString,
+            ),
+            'GetFrozenWeights': grpc.unary_stream_rpc_method_handler(
+                    servicer.GetFrozenWeights,
+                    request_deserializer=omnikeras_dot_v1_dot_parameter__server__pb2.GetFrozenWeightsRequest.FromString,
+                    response_serializer=omnikeras_dot_v1_dot_parameter__server__pb2.GetFrozenWeightsReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -794,6 +828,60 @@ class ParameterServer:
             '/omnikeras.v1.ParameterServer/ReplaceModel',
             omnikeras_dot_v1_dot_parameter__server__pb2.ReplaceModelRequest.SerializeToString,
             omnikeras_dot_v1_dot_parameter__server__pb2.ReplaceModelReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetFrozenWeights(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/omnikeras.v1.ParameterServer/SetFrozenWeights',
+            omnikeras_dot_v1_dot_parameter__server__pb2.SetFrozenWeightsRequest.SerializeToString,
+            omnikeras_dot_v1_dot_parameter__server__pb2.SetFrozenWeightsReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetFrozenWeights(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/omnikeras.v1.ParameterServer/GetFrozenWeights',
+            omnikeras_dot_v1_dot_parameter__server__pb2.GetFrozenWeightsRequest.SerializeToString,
+            omnikeras_dot_v1_dot_parameter__server__pb2.GetFrozenWeightsReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -286,6 +286,19 @@ def test_weights_set_with_a_wrong_variable_or_nan_are_refused_and_change_nothing
         np.testing.assert_array_equal(weight, np.full_like(before[name], 3.0))
 
 
+def test_frozen_weights_with_nan_or_a_bad_dtype_are_refused_and_change_nothing(cluster) -> None:
+    client, _, stub = cluster
+    client.set_frozen_weights({"frozen": np.ones(3, np.float32)})
+    integers = pb.TensorChunk(
+        spec=pb.VariableSpec(name="frozen", dtype="int32", shape=[3]), data=np.ones(3, np.int32).tobytes()
+    )
+    for chunks in (_chunks(frozen=np.full(3, np.nan, np.float32)), [integers]):
+        with pytest.raises(grpc.RpcError) as raised:
+            stub.SetFrozenWeights(iter([pb.SetFrozenWeightsRequest(chunk=c) for c in chunks]), timeout=30)
+        assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT, raised.value.details()
+    np.testing.assert_array_equal(client.frozen_weights()["frozen"], np.ones(3, np.float32))
+
+
 def test_a_model_replaced_with_no_header_no_variables_or_nan_is_refused_and_changes_nothing(cluster) -> None:
     client, worker, stub = cluster
     before = client.pull().weights

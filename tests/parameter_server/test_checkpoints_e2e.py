@@ -117,6 +117,26 @@ def test_weights_a_worker_puts_in_place_are_checkpointed_at_once(start_server, t
         np.testing.assert_array_equal(resumed[name], weight)
 
 
+def test_frozen_weights_are_given_back_whole_and_survive_a_restart(start_server, tmp_path) -> None:
+    server = start_server("--checkpoint-dir", str(tmp_path))
+    client = ParameterServerClient([server.address])
+    client.register()
+    assert client.frozen_weights() == {}
+    client.init_model(WEIGHTS, Hyperparameters(0.1))
+    client.set_frozen_weights({"base/kernel": np.ones((2, 2), np.float32), "base/bias": np.zeros(2, np.float32)})
+    # Set again: the later set replaces the earlier whole.
+    frozen = {"base/kernel": np.arange(6, dtype=np.float32).reshape(2, 3)}
+    client.set_frozen_weights(frozen)
+    assert client.frozen_weights().keys() == frozen.keys()
+    _train(client, range(1, 3))
+    server.kill()
+
+    restarted = ParameterServerClient([start_server("--checkpoint-dir", str(tmp_path)).address])
+    resumed = restarted.frozen_weights()
+    assert resumed.keys() == frozen.keys()
+    np.testing.assert_array_equal(resumed["base/kernel"], frozen["base/kernel"])
+
+
 def test_a_clean_stop_writes_a_last_checkpoint_and_old_ones_are_pruned(start_server, tmp_path) -> None:
     server = start_server("--checkpoint-dir", str(tmp_path))
     client = ParameterServerClient([server.address])

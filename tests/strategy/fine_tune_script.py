@@ -1,8 +1,9 @@
 """keras-io's transfer learning through the strategy: a head trained on a frozen base
 (which keeps its batch normalization in inference mode), then the base unfrozen and the
-model recompiled with a lower rate for a second `fit`. Writes what each stage left on
-this worker: its History, the base's kernel, its weights and, on the chief, whether the
-servers hold them."""
+model recompiled with a lower rate for a second `fit`. No seed: each worker initialises
+its own base, and the frozen one must be the chief's everywhere. Writes what each stage
+left on this worker: its History, the frozen base's kernel, its weights and, on the
+chief, whether the servers hold them."""
 
 import argparse
 import json
@@ -20,7 +21,6 @@ args = parser.parse_args()
 (x, y), (x_val, y_val) = omnikeras.datasets.digits()
 strategy = omnikeras.GroupedAsyncStrategy()
 with strategy.scope():
-    keras.utils.set_random_seed(0)
     base = keras.Sequential(
         [keras.Input((8, 8, 1)), keras.layers.Conv2D(8, 3, activation="relu"), keras.layers.BatchNormalization()],
         name="base",
@@ -49,5 +49,6 @@ if strategy.config.is_chief:
     result["servers_hold"] = sorted(held) == sorted(v.path for v in model.trainable_variables + base.layers[1].non_trainable_variables)
     result["servers_hold_them"] = all(np.array_equal(keras.ops.convert_to_numpy(v), held[v.path]) for v in model.trainable_variables)
 index = strategy.config.worker_index
+np.save(pathlib.Path(args.out, f"frozen-{index}.npy"), frozen)
 np.savez(pathlib.Path(args.out, f"weights-{index}.npz"), *model.get_weights())
 pathlib.Path(args.out, f"worker-{index}.json").write_text(json.dumps(result))

@@ -23,6 +23,8 @@ def test_the_unfrozen_base_trains_on_every_worker_and_the_servers(tmp_path) -> N
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     chief, other = (json.loads((tmp_path / f"worker-{i}.json").read_text()) for i in range(2))
 
+    # The head trained on the chief's frozen base on both workers, not on each its own.
+    np.testing.assert_array_equal(np.load(tmp_path / "frozen-1.npy"), np.load(tmp_path / "frozen-0.npy"))
     assert chief["base_trained"] and other["base_trained"]
     # The base's kernel, bias, gamma and beta, and the head's kernel and bias.
     assert chief["trainable"] == other["trainable"] == 6

@@ -434,3 +434,26 @@ def test_a_train_step_with_an_optimizer_of_its_own_is_refused(server) -> None:
     model = _two_parts(omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,))), own_optimizer=True)
     with pytest.raises(ValueError, match=r"optimizer other than the model's \(sgd\w*, not adam\w*\).*outside the strategy's scope"):
         model.fit(_data()[0], batch_size=32, epochs=1, verbose=0)
+
+
+def _frozen_base(strategy: tf.distribute.Strategy) -> keras.Model:
+    with strategy.scope():
+        base = keras.layers.Dense(3, name="frozen_base", trainable=False)
+        model = keras.Sequential([keras.Input((4,)), base, keras.layers.Dense(2, activation="softmax", name="head")], name="on_frozen")
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+    return model
+
+
+def test_a_chief_resuming_takes_the_frozen_weights_the_servers_kept_and_one_starting_puts_its_own(server) -> None:
+    first = _frozen_base(omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,))))
+    first.fit(*_data(), batch_size=32, epochs=1, verbose=0)
+    kept = keras.ops.convert_to_numpy(first.get_layer("frozen_base").kernel)
+    held = ParameterServerClient([server.address]).frozen_weights()
+    assert list(held) == [v.path for v in first.get_layer("frozen_base").weights]
+    np.testing.assert_array_equal(held[first.get_layer("frozen_base").kernel.path], kept)
+
+    # A restarted chief: its own base, initialised otherwise, gives way to the one trained on.
+    resumed = _frozen_base(omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,))))
+    assert not np.array_equal(keras.ops.convert_to_numpy(resumed.get_layer("frozen_base").kernel), kept)
+    resumed.fit(*_data(), batch_size=32, epochs=1, verbose=0)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(resumed.get_layer("frozen_base").kernel), kept)
