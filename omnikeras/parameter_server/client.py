@@ -177,6 +177,7 @@ class ParameterServerClient:
         example_count: int,
         batch: int | None = None,
         loss: float | None = None,
+        learning_rate: float | None = None,
     ) -> PushResult:
         """Pushes one gradient and waits until its group step is applied.
 
@@ -190,10 +191,14 @@ class ParameterServerClient:
                 (`PushResult.next_batch`), or None when the caller reads its own.
             loss: The training loss of those examples, or None when the caller does not
                 know it.
+            learning_rate: The rate of this gradient's update, where the workers evaluate
+                it (`Hyperparameters.learning_rate_from_workers`); None otherwise.
         """
 
         def send(index: int, shard: ShardConnection) -> PushResult:
-            requests = self._push_requests(index, gradients, step, example_count, batch, loss)
+            requests = self._push_requests(
+                index, gradients, step, example_count, batch, loss, learning_rate=learning_rate
+            )
             return self._result(index, shard.call(lambda: shard.tensor_stub.Push(requests(), timeout=self.timeout, metadata=shard.metadata)))
 
         return self._each(send)[0]
@@ -206,6 +211,7 @@ class ParameterServerClient:
         batch: int | None = None,
         loss: float | None = None,
         skip_update: bool = False,
+        learning_rate: float | None = None,
     ) -> tuple[PushResult, PullResult]:
         """`push`, then the weights its group step produced, in one round trip.
 
@@ -225,7 +231,7 @@ class ParameterServerClient:
         def send(index: int, shard: ShardConnection) -> tuple[PushResult, int, dict[str, np.ndarray]]:
             channel = channels[index]
             if channel is not None:
-                header = self._push_header(index, step, example_count, batch, loss, skip_update)
+                header = self._push_header(index, step, example_count, batch, loss, skip_update, learning_rate)
                 mine = self._shard_part(index, gradients)
                 try:
                     push, version, weights = channel.push_pull(mine, header)
@@ -233,7 +239,9 @@ class ParameterServerClient:
                 except OSError:
                     # The shard went away (a restart, say): gRPC retries until it is back.
                     broken.append(shard.address)
-            requests = self._push_requests(index, gradients, step, example_count, batch, loss, skip_update)
+            requests = self._push_requests(
+                index, gradients, step, example_count, batch, loss, skip_update, learning_rate
+            )
 
             def attempt() -> tuple[PushResult, int, dict[str, np.ndarray]]:
                 header, version, weights = _read_weights(
@@ -438,8 +446,9 @@ class ParameterServerClient:
         batch: int | None,
         loss: float | None = None,
         skip_update: bool = False,
+        learning_rate: float | None = None,
     ) -> Callable[[], Iterator[pb.PushRequest | bytes]]:
-        header = self._push_header(index, step, example_count, batch, loss, skip_update)
+        header = self._push_header(index, step, example_count, batch, loss, skip_update, learning_rate)
         mine = self._shard_part(index, gradients)
 
         def requests() -> Iterator[pb.PushRequest | bytes]:
@@ -456,6 +465,7 @@ class ParameterServerClient:
         batch: int | None,
         loss: float | None = None,
         skip_update: bool = False,
+        learning_rate: float | None = None,
     ) -> pb.PushHeader:
         header = pb.PushHeader(
             worker_id=self._worker_id(),
@@ -471,6 +481,8 @@ class ParameterServerClient:
             header.batch = batch
         if loss is not None:
             header.loss = loss
+        if learning_rate is not None:
+            header.learning_rate = learning_rate
         return header
 
     def _shard_part(self, index: int, gradients: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

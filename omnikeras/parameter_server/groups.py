@@ -64,6 +64,8 @@ class _Contribution:
     loss: float | None = None
     # Its loss scale overflowed: the group step updates no weight (see `push`).
     skip_update: bool = False
+    # The learning rate its worker evaluated (`Hyperparameters.learning_rate_from_workers`).
+    learning_rate: float | None = None
 
 
 @dataclass
@@ -143,6 +145,9 @@ class GroupCoordinator:
         # The checkpoint's version when the server resumed from one; -1 otherwise.
         self.resumed_from_version = -1
         self._waiting_for_model = 0
+        # The last rate the workers pushed, where they evaluate it; until one comes, the
+        # rule's (which the chief evaluated as training began).
+        self._pushed_rate: float | None = None
 
     # Membership ---------------------------------------------------------------------------
 
@@ -270,6 +275,8 @@ class GroupCoordinator:
             ):
                 self._meter = None
             self.model.hyperparameters = hyperparameters
+            # The new rule's rate is in force until a worker pushes one.
+            self._pushed_rate = None
             if fresh_optimizer:
                 self.model.restart_optimizer()
 
@@ -321,6 +328,7 @@ class GroupCoordinator:
         magnitudes: Mapping[str, float] | None = None,
         loss: float | None = None,
         skip_update: bool = False,
+        learning_rate: float | None = None,
     ) -> PushResult:
         """Adds one member's gradient to its group step and waits until that step is applied.
 
@@ -338,9 +346,16 @@ class GroupCoordinator:
         weight, as Keras skips a step when any replica's gradients overflow: only the
         statistics take the members' changes, which their forward passes made anyway.
         The step completes as any other, and its members read the next batch.
+
+        `learning_rate` is the rate the worker evaluated for this step, where the rule
+        leaves the rate to the workers (`Hyperparameters.learning_rate_from_workers`): the
+        group step applies its members' mean, weighted by example count. Ignored
+        otherwise.
         """
         if example_count <= 0:
             raise InvalidArgument(f"example_count must be positive, got {example_count}")
+        if learning_rate is not None and not (math.isfinite(learning_rate) and learning_rate >= 0):
+            raise InvalidArgument(f"a pushed learning_rate must be finite and 0 or more, got {learning_rate}")
         if step < 0:
             raise InvalidArgument(f"step must be 0 or positive, got {step}")
         with self._cond:
@@ -364,7 +379,9 @@ class GroupCoordinator:
             group = worker.group
             if magnitudes is None:
                 magnitudes = {name: tensors.abs_sum(gradient) for name, gradient in gradients.items()}
-            contribution = _Contribution(gradients, example_count, computed_at, magnitudes, loss, skip_update)
+            contribution = _Contribution(
+                gradients, example_count, computed_at, magnitudes, loss, skip_update, learning_rate
+            )
             worker.last_step = step
             if batch is not None and batch != self._batch(group)[0]:
                 try:
@@ -462,7 +479,7 @@ class GroupCoordinator:
         kept = [self._kept(age) for age in ages]
         if any(c.skip_update for c in contributions):
             return self._skip(group, contributions, kept)
-        rule = self._rule_in_force()
+        rule = self._rule_in_force(_pushed_rate(contributions))
         magnitudes = _weighted_magnitudes(contributions, kept)
         if self.model.hyperparameters.compensate_asynchrony:
             share = self._compensation.share(sum(magnitudes.values()))
@@ -478,7 +495,7 @@ class GroupCoordinator:
         )
         self._updates[group] += 1
         self._staleness[group][max(ages)] += 1
-        return PushResult(self.model.version, group, len(contributions))
+        return PushResult(self.model.version, group, len(contributions), iterations=self.model.iterations)
 
     def _skip(self, group: int, contributions: list[_Contribution], kept: list[float]) -> PushResult:
         """A group step that a member skipped: the statistics take the members' changes,
@@ -488,15 +505,29 @@ class GroupCoordinator:
         for contribution in contributions:
             contribution.gradients = {n: g for n, g in contribution.gradients.items() if n in statistics}
         self.model.add_statistics(_weighted_mean(contributions, kept))
-        return PushResult(self.model.version, group, len(contributions), update_skipped=True)
+        return PushResult(
+            self.model.version, group, len(contributions), update_skipped=True, iterations=self.model.iterations
+        )
 
-    def _rule_in_force(self) -> InForce:
-        """The learning rate and momentum the next update applies."""
+    def _rule_in_force(self, pushed_rate: float | None = None) -> InForce:
+        """The learning rate and momentum the next update applies; `pushed_rate`, the
+        rate its members pushed, where the workers evaluate it."""
         rule = self.model.hyperparameters
-        learning_rate = rule.learning_rate_at(self.model.iterations)
+        learning_rate = self._compiled_rate(pushed_rate)
         if not rule.compensate_asynchrony:
             return InForce(learning_rate, rule.momentum, self._compensation.implicit_momentum)
         return self._compensation.in_force(learning_rate, rule.momentum, rule.rule.momentum_form)
+
+    def _compiled_rate(self, pushed_rate: float | None = None) -> float:
+        """The learning rate as compiled, before compensation: the schedule's at the
+        server's iteration count, or where the workers evaluate it, the one they pushed
+        last."""
+        rule = self.model.hyperparameters
+        if not rule.learning_rate_from_workers:
+            return rule.learning_rate_at(self.model.iterations)
+        if pushed_rate is not None:
+            self._pushed_rate = pushed_rate
+        return rule.learning_rate if self._pushed_rate is None else self._pushed_rate
 
     def _kept(self, staleness: int) -> float:
         """The share of its weight a gradient `staleness` updates old keeps."""
@@ -739,7 +770,7 @@ class GroupCoordinator:
         rule = self._rule_in_force()
         compiled = self.model.hyperparameters
         form = compiled.rule.momentum_form
-        compiled_step = effective_step(compiled.learning_rate_at(self.model.iterations), compiled.momentum, form)
+        compiled_step = effective_step(self._compiled_rate(), compiled.momentum, form)
         return {
             "momentum_in_force": rule.momentum,
             "learning_rate_in_force": rule.learning_rate,
@@ -817,6 +848,16 @@ def _weighted_loss(contributions: list[_Contribution]) -> float | None:
         return None
     counts = [c.example_count for c in contributions]
     return sum(count * loss for count, loss in zip(counts, losses) if loss is not None) / sum(counts)
+
+
+def _pushed_rate(contributions: list[_Contribution]) -> float | None:
+    """The learning rates the members pushed, weighted by example count; None unless
+    every member pushed one."""
+    rates = [c.learning_rate for c in contributions]
+    if None in rates:
+        return None
+    counts = [c.example_count for c in contributions]
+    return sum(count * rate for count, rate in zip(counts, rates) if rate is not None) / sum(counts)
 
 
 def _weighted_mean(contributions: list[_Contribution], kept: list[float]) -> dict[str, np.ndarray]:

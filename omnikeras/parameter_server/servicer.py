@@ -295,6 +295,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
             magnitudes=magnitudes,
             loss=header.loss if header.HasField("loss") else None,
             skip_update=header.skip_update,
+            learning_rate=header.learning_rate if header.HasField("learning_rate") else None,
         )
         # Its group step is applied, with the gradient as scratch space, or it was a
         # retry's: the next push may rebuild its gradient here. (Not after an error: a

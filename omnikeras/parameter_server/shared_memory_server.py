@@ -163,6 +163,7 @@ class SharedMemoryServer:
                 magnitudes=magnitudes,
                 loss=header.loss if header.HasField("loss") else None,
                 skip_update=header.skip_update,
+                learning_rate=header.learning_rate if header.HasField("learning_rate") else None,
             )
             version = self.coordinator.copy_weights(weights)
         except ParameterServerError as error:

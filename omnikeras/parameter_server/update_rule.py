@@ -5,7 +5,8 @@ through the server follows the trajectory of one trained by that Keras optimizer
     weight *= 1 - learning_rate * weight_decay      (Keras' decoupled weight decay, first)
     the optimizer's update                          (SGD's, Adam's, ...)
 
-with the learning rate of the schedule at the server's iteration count when one is set.
+with the learning rate of the schedule at the server's iteration count when one is set,
+or the rate the workers push with their gradients where only they can evaluate it.
 A statistic (a variable the model trains itself) takes the change a worker pushed:
 
     weight += change
@@ -53,6 +54,9 @@ class Hyperparameters:
         adamw_variables: Under Muon, the names of the variables that take its AdamW update
             rather than its orthogonalized one, as Keras' Muon chooses them by path and
             shape (see `optimizers.muon`).
+        learning_rate_from_workers: The workers evaluate the learning rate (a schedule of
+            the user's own, or a rate given as a function) and push it with each
+            gradient; `learning_rate` is the rate until the first push.
     """
 
     learning_rate: float = 0.01
@@ -65,12 +69,19 @@ class Hyperparameters:
     optimizer: str = "SGD"
     settings: Mapping[str, float] = field(default_factory=dict)
     adamw_variables: frozenset[str] = frozenset()
+    learning_rate_from_workers: bool = False
     # The optimizer itself, built once per rule: Nadam keeps a running product.
     rule: Optimizer = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        # Under a schedule the rate only reports the schedule's (a warm-up starts at 0).
-        if self.learning_rate_schedule is None and not _positive_in_float32(self.learning_rate):
+        from_workers = self.learning_rate_from_workers
+        if from_workers and self.learning_rate_schedule is not None:
+            raise InvalidArgument("the server evaluates a learning-rate schedule: it cannot come from the workers too")
+        # Under a schedule, the server's or the workers', the rate only reports the
+        # schedule's (a warm-up starts at 0).
+        if from_workers and not (math.isfinite(self.learning_rate) and self.learning_rate >= 0):
+            raise InvalidArgument(f"learning_rate must be finite and 0 or more, got {self.learning_rate}")
+        if self.learning_rate_schedule is None and not from_workers and not _positive_in_float32(self.learning_rate):
             raise InvalidArgument(f"learning_rate must be a positive number within float32's range, got {self.learning_rate}")
         # Asynchrony adds implicit momentum, so the explicit one may need to go below 0.
         if not (math.isfinite(self.momentum) and -1 < self.momentum < 1):
@@ -136,6 +147,7 @@ class Hyperparameters:
             message.optimizer or "SGD",
             settings,
             frozenset(message.adamw_variables),
+            message.learning_rate_from_workers,
         )
 
     def to_proto(self) -> pb.Hyperparameters:
@@ -150,6 +162,7 @@ class Hyperparameters:
             optimizer=self.optimizer,
             settings=dict(self.settings),
             adamw_variables=sorted(self.adamw_variables),
+            learning_rate_from_workers=self.learning_rate_from_workers,
         )
 
 

@@ -62,6 +62,8 @@ class PushResult:
     layout: GroupLayout | None = None
     # The group step updated no weight: a member skipped it (its loss scale overflowed).
     update_skipped: bool = False
+    # Updates applied after the group step: Keras' `optimizer.iterations`.
+    iterations: int = 0
 
     @classmethod
     def from_proto(cls, reply: pb.PushReply) -> "PushResult":
@@ -75,6 +77,7 @@ class PushResult:
             tuple(reply.next_members),
             GroupLayout.from_proto(reply.layout) if reply.HasField("layout") else None,
             reply.update_skipped,
+            reply.iterations,
         )
 
     def to_proto(self) -> pb.PushReply:
@@ -88,6 +91,7 @@ class PushResult:
             next_members=self.next_members,
             layout=self.layout.to_proto() if self.layout is not None else None,
             update_skipped=self.update_skipped,
+            iterations=self.iterations,
         )
 
 

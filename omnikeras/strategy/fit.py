@@ -252,7 +252,8 @@ def _check_one_learning_rate_owner(model: keras.Model, callbacks: list[keras.cal
         return
     others = [type(c).__name__ for c in callbacks if isinstance(c, _LEARNING_RATE_CALLBACKS)]
     if uses_schedule(model.optimizer):
-        others.append(f"the optimizer's {type(model.optimizer._learning_rate).__name__} schedule")
+        rate = model.optimizer._learning_rate
+        others.append(f"the optimizer's {getattr(rate, '__name__', type(rate).__name__)} schedule")
     if others:
         raise ValueError(
             f"{tuners[0]} tunes the learning rate, so it cannot also follow {', '.join(others)}: "

@@ -2,10 +2,13 @@
 
 1. `TFOptimizer._distributed_tf_update_step` runs once per step, in cross-replica context,
    with the group-reduced gradients: instead of updating locally, the strategy pushes
-   them to the parameter server and assigns the weights that come back. Weight decay
-   (`TFOptimizer._apply_weight_decay`) is the server's too: done locally it would be
-   overwritten by the pulled weights, and, since nothing orders it after the step's read
-   of its data, it would be left in place by the step that finds an epoch's data at its end.
+   them to the parameter server and assigns the weights that come back. Where only
+   TensorFlow can evaluate the learning rate (a schedule of the user's own), the rate
+   Keras evaluated goes with them, and `optimizer.iterations` follows the servers'
+   count. Weight decay (`TFOptimizer._apply_weight_decay`) is the server's too: done
+   locally it would be overwritten by the pulled weights, and, since nothing orders it
+   after the step's read of its data, it would be left in place by the step that finds an
+   epoch's data at its end.
 2. `TensorFlowTrainer.fit`: before training, the worker joins the cluster and takes its
    own part of the data; at the end it waits for the others and takes the final weights.
 3. `TFEpochIterator.catch_stop_iteration`: an epoch is a pass over the data, whose number
@@ -47,6 +50,7 @@ from packaging.version import Version
 
 from omnikeras.strategy.fit import fit_through_server
 from omnikeras.strategy.strategy import GroupedAsyncStrategy
+from omnikeras.strategy.update_rule import rate_from_worker
 
 SUPPORTED_KERAS = (Version("3.15"), Version("3.16"))
 
@@ -73,7 +77,15 @@ _original_maybe_symbolic_build = TensorFlowTrainer._maybe_symbolic_build
 def _update_step(self: TFOptimizer, distribution: Any, grads_and_vars: list, learning_rate: Any) -> None:
     if isinstance(distribution, GroupedAsyncStrategy):
         distribution.worker.check_applying(self)
-        return distribution.apply_through_server(grads_and_vars)
+        if not rate_from_worker(self):
+            distribution.apply_through_server(grads_and_vars)
+            return
+        iterations = distribution.apply_through_server(grads_and_vars, learning_rate=learning_rate)
+        assert iterations is not None, "a pushed rate brings the servers' count back"
+        # Keras counts the step once this returns: the next one evaluates its rate at
+        # the servers' count, which the other groups' updates advance too.
+        self.iterations.assign(iterations - 1)
+        return
     return _original_update_step(self, distribution, grads_and_vars, learning_rate)
 
 

@@ -29,13 +29,15 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
 
     The optimizer the model was compiled with runs on the server: any of
     `keras.optimizers`' built-in ones (SGD, Adam, AdamW, RMSprop, ..., given as an object
-    or by name, or inside a `LossScaleOptimizer`), with its learning rate (a number or one
-    of Keras' built-in schedules, which the server evaluates at its own iteration count),
-    its momentum-like setting and its weight decay. `LearningRateScheduler` and
+    or by name, or inside a `LossScaleOptimizer`), with its learning rate (a number, one
+    of Keras' built-in schedules, which the server evaluates at its own iteration count,
+    or a schedule of the user's own or a function, which each worker evaluates as Keras
+    does at the servers' iteration count and pushes with its gradients), its
+    momentum-like setting and its weight decay. `LearningRateScheduler` and
     `ReduceLROnPlateau` on the chief change the server's rate. Gradient clipping applies
     to each worker's gradients before its group combines them. Settings the server cannot
-    apply (`use_ema`, gradient accumulation, variable constraints, custom schedules) raise
-    an error when `fit` starts.
+    apply (`use_ema`, gradient accumulation, variable constraints) raise an error when
+    `fit` starts.
 
     Asynchrony adds momentum of its own (about 1 - 1/g with g groups), and stale gradients
     make large steps unstable. With more than one group the servers compensate, unless
@@ -101,8 +103,11 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
         return super().experimental_distribute_dataset(dataset, options)
 
     def apply_through_server(
-        self, grads_and_vars: list[tuple[tf.Tensor, tf.Variable]], skip_update: bool = False
-    ) -> None:
+        self,
+        grads_and_vars: list[tuple[tf.Tensor, tf.Variable]],
+        skip_update: bool = False,
+        learning_rate: tf.Tensor | None = None,
+    ) -> tf.Tensor | None:
         """One group step inside the compiled train step: the group-reduced gradients (and
         the batch-normalization statistics) go to the server and the weights it returns
         are assigned to every replica's variables.
@@ -110,6 +115,9 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
         Called by Keras' optimizer in cross-replica context, once per step; under loss
         scaling, with `skip_update` where the step's gradients overflowed (they are zeros
         then), so that the group step goes on without an update (see `update_skipped`).
+        With `learning_rate`, the rate Keras evaluated for this step (a schedule the
+        server cannot run), it goes to the server with the gradients, and the server's
+        iteration count after the group step is returned.
         """
         trained = [variable for _, variable in grads_and_vars]
         # By path: Keras leaves out the variables without a gradient.
@@ -147,36 +155,50 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
                         self.worker.push_pull,
                         names[:split] + tuple(v.path for v in self.worker.statistics),
                         skip_update=skip_update,
+                        rate_from_worker=learning_rate is not None,
                     ),
-                    [self._loss_sums(), *gradients[:split], *values],
-                    Tout=[*(v.dtype for v in variables), tf.bool, *next_share.dtypes],
+                    [self._scalars(learning_rate), *gradients[:split], *values],
+                    Tout=[
+                        *(v.dtype for v in variables),
+                        tf.bool,
+                        *([tf.int64] if learning_rate is not None else []),
+                        *next_share.dtypes,
+                    ],
                     stateful=True,
                 )
             self._update_skipped.assign(outputs[len(variables)])
+            iterations = None
+            if learning_rate is not None:
+                iterations = outputs[len(variables) + 1]
+                iterations.set_shape([])
             # The reply names the next step's batch, and the exchange chose this worker's
             # share of it: the next step's input reads it from there.
-            next_share.fill(outputs[len(variables) + 1 :])
+            next_share.fill(outputs[len(variables) + (2 if learning_rate is not None else 1) :])
         for variable, weight in zip(variables, outputs[: len(variables)]):
             weight.set_shape(variable.shape)
             self.extended.update(variable, _assign, args=(weight,), group=False)
+        return iterations
 
     def update_skipped(self) -> tf.Tensor:
         """Whether the group step of the last `apply_through_server` skipped its update: a
         member's loss-scaled gradients overflowed, this worker's or another's."""
         return self._update_skipped.read_value()
 
-    def _loss_sums(self) -> tf.Tensor:
+    def _scalars(self, learning_rate: tf.Tensor | None) -> tf.Tensor:
         """The sums of Keras' loss tracker (losses, examples), which the train step has
         updated with this step's loss before it applies the gradients: the worker pushes
-        the step's loss with them."""
+        the step's loss with them; then `learning_rate`, if given."""
         tracker = self.worker.loss_tracker
         if tracker is None:
-            return tf.constant([0.0, 0.0], tf.float64)
-        sums = [
-            tf.add_n([tf.cast(part, tf.float64) for part in self.experimental_local_results(variable.value)])
-            for variable in (tracker.total, tracker.count)
-        ]
-        return tf.stack(sums)
+            sums = [tf.constant(0.0, tf.float64)] * 2
+        else:
+            sums = [
+                tf.add_n([tf.cast(part, tf.float64) for part in self.experimental_local_results(variable.value)])
+                for variable in (tracker.total, tracker.count)
+            ]
+        # Every replica evaluated the same rate.
+        rate = [] if learning_rate is None else [tf.cast(self.experimental_local_results(learning_rate)[0], tf.float64)]
+        return tf.stack([*sums, *rate])
 
 
 def ahead_count(trained: int) -> int:

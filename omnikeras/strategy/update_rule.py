@@ -2,6 +2,10 @@
 the server cannot apply: nothing the user set is dropped silently. Batch normalization's
 statistics are held by the server too, combined across workers.
 
+A learning rate only TensorFlow can evaluate (a schedule of the user's own, or a rate
+given as a function) is evaluated by the worker, as Keras evaluates it, at the servers'
+iteration count, and goes to the server with each push (`rate_from_worker`).
+
 What stays on the worker: gradient clipping (`clipnorm`, `clipvalue`, `global_clipnorm`)
 and a `LossScaleOptimizer`'s scaling, which Keras applies to each worker's gradients
 before they are pushed (a group combines clipped, unscaled gradients, and skips its step
@@ -34,8 +38,7 @@ def server_update_rule(
         ValueError: For settings the server does not apply: an exponential moving average
             of the weights, gradient accumulation, variable constraints, Muon's `rms_rate`
             of 0.
-        TypeError: For an optimizer the server does not apply, a custom learning-rate
-            schedule or a learning rate given as a function.
+        TypeError: For an optimizer the server does not apply.
     """
     if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
         optimizer = optimizer.inner_optimizer
@@ -59,12 +62,13 @@ def server_update_rule(
         momentum=float(getattr(optimizer, server.momentum_setting)) if server.momentum_setting else 0.0,
         optimizer=server.name,
         settings=settings,
-        learning_rate_schedule=_schedule(optimizer),
+        learning_rate_schedule=None if rate_from_worker(optimizer) else _schedule(optimizer),
         weight_decay=weight_decay,
         no_weight_decay=frozenset(v.path for v in variables if decays and not optimizer._use_weight_decay(v)),
         statistics=frozenset(v.path for v in statistics),
         # Keras' own choice, by the paths and patterns only the worker has.
         adamw_variables=frozenset(v.path for v in variables if server is Muon and optimizer._should_use_adamw(v)),
+        learning_rate_from_workers=rate_from_worker(optimizer),
     )
 
 
@@ -106,7 +110,22 @@ def model_statistics(model: keras.Model) -> list[keras.Variable]:
 
 
 def uses_schedule(optimizer: keras.optimizers.Optimizer) -> bool:
-    return isinstance(optimizer._learning_rate, keras.optimizers.schedules.LearningRateSchedule)
+    """Whether the optimizer's rate follows a schedule, the server's or the worker's."""
+    return isinstance(optimizer._learning_rate, keras.optimizers.schedules.LearningRateSchedule) or rate_from_worker(
+        optimizer
+    )
+
+
+def rate_from_worker(optimizer: keras.optimizers.Optimizer) -> bool:
+    """Whether the worker evaluates the optimizer's learning rate, which only TensorFlow
+    can: a schedule other than Keras' built-in ones, or a rate given as a function."""
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        optimizer = optimizer.inner_optimizer
+    rate = optimizer._learning_rate
+    if isinstance(rate, keras.optimizers.schedules.LearningRateSchedule):
+        name = type(rate).__name__
+        return name not in FORMULAS or type(rate) is not getattr(keras.optimizers.schedules, name)
+    return callable(rate) and not isinstance(rate, keras.Variable)
 
 
 def learning_rate_of(optimizer: keras.optimizers.Optimizer) -> float:
@@ -117,20 +136,10 @@ def learning_rate_of(optimizer: keras.optimizers.Optimizer) -> float:
 
 
 def _schedule(optimizer: keras.optimizers.Optimizer) -> LearningRateSchedule | None:
+    """The optimizer's schedule where it is one of Keras' built-in ones, which the server
+    evaluates."""
     rate = optimizer._learning_rate
     if not isinstance(rate, keras.optimizers.schedules.LearningRateSchedule):
-        if callable(rate) and not isinstance(rate, keras.Variable):
-            raise TypeError(
-                "a learning rate given as a function cannot run on the parameter server: use one "
-                f"of Keras' built-in schedules ({', '.join(FORMULAS)}) or a number"
-            )
         return None
-    name = type(rate).__name__
-    if name not in FORMULAS or type(rate) is not getattr(keras.optimizers.schedules, name):
-        raise TypeError(
-            f"the parameter server evaluates Keras' built-in learning-rate schedules "
-            f"({', '.join(FORMULAS)}), not {type(rate).__module__}.{type(rate).__qualname__}: "
-            "use one of them, or change the rate from a callback such as LearningRateScheduler"
-        )
-    return LearningRateSchedule(name, rate.get_config())
+    return LearningRateSchedule(type(rate).__name__, rate.get_config())
 

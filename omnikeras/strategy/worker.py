@@ -63,6 +63,8 @@ class ClusterWorker:
         # afresh on the server too.
         self._optimizer: keras.optimizers.Optimizer | None = None
         self.last_push: PushResult | None = None
+        # The servers' iteration count as the last group step left it.
+        self.server_iterations = 0
         # Keras' loss tracker, and its sums at the last push: their change is the step's loss.
         self.loss_tracker: keras.metrics.Mean | None = None
         self._loss_sums = (0.0, 0.0)
@@ -175,6 +177,7 @@ class ClusterWorker:
         earlier_names = set(self.names)
         self.statistics = model_statistics(model)
         self.loss_tracker = getattr(model, "_loss_tracker", None)
+        self.server_iterations = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
         held = self._held(model)
         self.names = [v.path for v in held]
         # Keras' optimizer hands the strategy its variables' backend values.
@@ -355,31 +358,42 @@ class ClusterWorker:
         return np.int64(len(names))
 
     def push_pull(
-        self, names: Sequence[str], loss_sums: np.ndarray, *gradients: np.ndarray, skip_update: bool = False
+        self,
+        names: Sequence[str],
+        scalars: np.ndarray,
+        *gradients: np.ndarray,
+        skip_update: bool = False,
+        rate_from_worker: bool = False,
     ) -> list[np.ndarray]:
         """One group step: this worker's gradients (of the variables `names`, by path) and
         the step's loss out, the group step's weights of the variables written ahead
         (`write_ahead`) and of `names` back, whether the step's update was skipped, and
-        after them the next step's share (as `NextShare.fill` takes it). `loss_sums` are
+        after them the next step's share (as `NextShare.fill` takes it). `scalars` are
         the sums of Keras' loss tracker (losses and examples so far).
 
         With `skip_update` (the step's loss-scaled gradients overflowed), the group step
         updates no weight; it is skipped too where another member's overflowed.
+
+        With `rate_from_worker` (a learning rate only the worker can evaluate), the step's
+        learning rate follows the sums in `scalars` and goes out with the gradients, and
+        the server's iteration count after the group step comes back after whether it
+        was skipped: Keras evaluates the next step's rate there.
 
         An error is kept in `failure` as well: TensorFlow hands it on wrapped in its own.
         """
         assert self._share is not None, "read_from chooses the first share"
         self.example_count = self._share.rows
         ahead, self._ahead = self._ahead, ()
+        loss = self._step_loss(float(scalars[0]), float(scalars[1]))
+        learning_rate = float(scalars[2]) if rate_from_worker else None
         try:
-            weights, skipped = self._push_pull(
-                ahead, names, gradients, self._step_loss(float(loss_sums[0]), float(loss_sums[1])), skip_update
-            )
+            weights, skipped = self._push_pull(ahead, names, gradients, loss, skip_update, learning_rate)
             share = self._choose_share()
         except Exception as error:
             self.failure = error
             raise
-        return [*weights, np.asarray(skipped), np.asarray(share.batch, np.int64), *share.arrays]
+        iterations = [np.asarray(self.server_iterations, np.int64)] if rate_from_worker else []
+        return [*weights, np.asarray(skipped), *iterations, np.asarray(share.batch, np.int64), *share.arrays]
 
     def _step_loss(self, total: float, count: float) -> float | None:
         """This step's loss from the tracker's sums; None where their change is not this
@@ -400,6 +414,7 @@ class ClusterWorker:
         gradients: Sequence[np.ndarray],
         loss: float | None,
         skip_update: bool,
+        learning_rate: float | None = None,
     ) -> tuple[list[np.ndarray], bool]:
         """The weights of the variables written ahead and pushed now, and whether the
         step's update was skipped (where the push did not count, only this worker's own
@@ -425,6 +440,7 @@ class ClusterWorker:
                 batch=self.reading,
                 loss=loss,
                 skip_update=skip_update,
+                learning_rate=learning_rate,
             )
         except grpc.RpcError as error:
             if error.code() == grpc.StatusCode.ABORTED:
@@ -440,6 +456,7 @@ class ClusterWorker:
             return self._skip_step(names), skip_update
         self.rejected_steps = 0
         self.last_push = result
+        self.server_iterations = result.iterations
         self.next_batch, self._next_members = result.next_batch, result.next_members
         if result.layout is not None:
             self._settle(result.layout)

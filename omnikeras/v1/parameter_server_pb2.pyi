@@ -47,7 +47,7 @@ class LearningRateSchedule(_message.Message):
     def __init__(self, name: _Optional[str] = ..., config_json: _Optional[str] = ...) -> None: ...
 
 class Hyperparameters(_message.Message):
-    __slots__ = ("learning_rate", "momentum", "nesterov", "learning_rate_schedule", "weight_decay", "no_weight_decay", "statistics", "compensate_asynchrony", "optimizer", "settings", "adamw_variables")
+    __slots__ = ("learning_rate", "momentum", "nesterov", "learning_rate_schedule", "weight_decay", "no_weight_decay", "statistics", "compensate_asynchrony", "optimizer", "settings", "adamw_variables", "learning_rate_from_workers")
     class SettingsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -66,6 +66,7 @@ class Hyperparameters(_message.Message):
     OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
     SETTINGS_FIELD_NUMBER: _ClassVar[int]
     ADAMW_VARIABLES_FIELD_NUMBER: _ClassVar[int]
+    LEARNING_RATE_FROM_WORKERS_FIELD_NUMBER: _ClassVar[int]
     learning_rate: float
     momentum: float
     nesterov: bool
@@ -77,7 +78,8 @@ class Hyperparameters(_message.Message):
     optimizer: str
     settings: _containers.ScalarMap[str, float]
     adamw_variables: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, learning_rate: _Optional[float] = ..., momentum: _Optional[float] = ..., nesterov: _Optional[bool] = ..., learning_rate_schedule: _Optional[_Union[LearningRateSchedule, _Mapping]] = ..., weight_decay: _Optional[float] = ..., no_weight_decay: _Optional[_Iterable[str]] = ..., statistics: _Optional[_Iterable[str]] = ..., compensate_asynchrony: _Optional[bool] = ..., optimizer: _Optional[str] = ..., settings: _Optional[_Mapping[str, float]] = ..., adamw_variables: _Optional[_Iterable[str]] = ...) -> None: ...
+    learning_rate_from_workers: bool
+    def __init__(self, learning_rate: _Optional[float] = ..., momentum: _Optional[float] = ..., nesterov: _Optional[bool] = ..., learning_rate_schedule: _Optional[_Union[LearningRateSchedule, _Mapping]] = ..., weight_decay: _Optional[float] = ..., no_weight_decay: _Optional[_Iterable[str]] = ..., statistics: _Optional[_Iterable[str]] = ..., compensate_asynchrony: _Optional[bool] = ..., optimizer: _Optional[str] = ..., settings: _Optional[_Mapping[str, float]] = ..., adamw_variables: _Optional[_Iterable[str]] = ..., learning_rate_from_workers: _Optional[bool] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
     __slots__ = ("worker_id", "group", "host")
@@ -134,7 +136,7 @@ class InitModelReply(_message.Message):
     def __init__(self, model_version: _Optional[int] = ..., initialized_by_caller: _Optional[bool] = ...) -> None: ...
 
 class PushHeader(_message.Message):
-    __slots__ = ("worker_id", "step", "model_version", "example_count", "batch", "known_layout_version", "loss", "skip_update")
+    __slots__ = ("worker_id", "step", "model_version", "example_count", "batch", "known_layout_version", "loss", "skip_update", "learning_rate")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -143,6 +145,7 @@ class PushHeader(_message.Message):
     KNOWN_LAYOUT_VERSION_FIELD_NUMBER: _ClassVar[int]
     LOSS_FIELD_NUMBER: _ClassVar[int]
     SKIP_UPDATE_FIELD_NUMBER: _ClassVar[int]
+    LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     step: int
     model_version: int
@@ -151,7 +154,8 @@ class PushHeader(_message.Message):
     known_layout_version: int
     loss: float
     skip_update: bool
-    def __init__(self, worker_id: _Optional[int] = ..., step: _Optional[int] = ..., model_version: _Optional[int] = ..., example_count: _Optional[int] = ..., batch: _Optional[int] = ..., known_layout_version: _Optional[int] = ..., loss: _Optional[float] = ..., skip_update: _Optional[bool] = ...) -> None: ...
+    learning_rate: float
+    def __init__(self, worker_id: _Optional[int] = ..., step: _Optional[int] = ..., model_version: _Optional[int] = ..., example_count: _Optional[int] = ..., batch: _Optional[int] = ..., known_layout_version: _Optional[int] = ..., loss: _Optional[float] = ..., skip_update: _Optional[bool] = ..., learning_rate: _Optional[float] = ...) -> None: ...
 
 class PushRequest(_message.Message):
     __slots__ = ("header", "chunk")
@@ -162,7 +166,7 @@ class PushRequest(_message.Message):
     def __init__(self, header: _Optional[_Union[PushHeader, _Mapping]] = ..., chunk: _Optional[_Union[TensorChunk, _Mapping]] = ...) -> None: ...
 
 class PushReply(_message.Message):
-    __slots__ = ("model_version", "group", "group_members_combined", "stop_requested", "layout_version", "next_batch", "next_members", "layout", "update_skipped")
+    __slots__ = ("model_version", "group", "group_members_combined", "stop_requested", "layout_version", "next_batch", "next_members", "layout", "update_skipped", "iterations")
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     GROUP_MEMBERS_COMBINED_FIELD_NUMBER: _ClassVar[int]
@@ -172,6 +176,7 @@ class PushReply(_message.Message):
     NEXT_MEMBERS_FIELD_NUMBER: _ClassVar[int]
     LAYOUT_FIELD_NUMBER: _ClassVar[int]
     UPDATE_SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    ITERATIONS_FIELD_NUMBER: _ClassVar[int]
     model_version: int
     group: int
     group_members_combined: int
@@ -181,7 +186,8 @@ class PushReply(_message.Message):
     next_members: _containers.RepeatedScalarFieldContainer[int]
     layout: GroupLayout
     update_skipped: bool
-    def __init__(self, model_version: _Optional[int] = ..., group: _Optional[int] = ..., group_members_combined: _Optional[int] = ..., stop_requested: _Optional[bool] = ..., layout_version: _Optional[int] = ..., next_batch: _Optional[int] = ..., next_members: _Optional[_Iterable[int]] = ..., layout: _Optional[_Union[GroupLayout, _Mapping]] = ..., update_skipped: _Optional[bool] = ...) -> None: ...
+    iterations: int
+    def __init__(self, model_version: _Optional[int] = ..., group: _Optional[int] = ..., group_members_combined: _Optional[int] = ..., stop_requested: _Optional[bool] = ..., layout_version: _Optional[int] = ..., next_batch: _Optional[int] = ..., next_members: _Optional[_Iterable[int]] = ..., layout: _Optional[_Union[GroupLayout, _Mapping]] = ..., update_skipped: _Optional[bool] = ..., iterations: _Optional[int] = ...) -> None: ...
 
 class GroupLayout(_message.Message):
     __slots__ = ("version", "groups")

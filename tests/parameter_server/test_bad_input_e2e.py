@@ -53,6 +53,8 @@ GOOD = {"w": np.ones((2, 3), np.float32), "b": np.ones(3, np.float32)}
         ({}, _chunks(w=GOOD["w"], b=np.array([1, np.inf, 1], np.float32)), grpc.StatusCode.INVALID_ARGUMENT, "NaN or Inf"),
         (dict(example_count=0), _chunks(**GOOD), grpc.StatusCode.INVALID_ARGUMENT, "example_count"),
         (dict(model_version=7), _chunks(**GOOD), grpc.StatusCode.INVALID_ARGUMENT, "version 7"),
+        (dict(learning_rate=float("nan")), _chunks(**GOOD), grpc.StatusCode.INVALID_ARGUMENT, "learning_rate"),
+        (dict(learning_rate=-0.5), _chunks(**GOOD), grpc.StatusCode.INVALID_ARGUMENT, "learning_rate"),
     ],
 )
 def test_bad_pushes_are_refused_and_change_nothing(cluster, header: dict, chunks, code, message: str) -> None:
@@ -116,6 +118,10 @@ def test_bad_hyperparameters_and_groups_are_refused(cluster) -> None:
     client, _, stub = cluster
     with pytest.raises(grpc.RpcError) as raised:
         stub.SetHyperparameters(pb.SetHyperparametersRequest(hyperparameters=pb.Hyperparameters(learning_rate=-1)), timeout=30)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    from_workers = pb.Hyperparameters(learning_rate=float("inf"), learning_rate_from_workers=True)
+    with pytest.raises(grpc.RpcError) as raised:
+        stub.SetHyperparameters(pb.SetHyperparametersRequest(hyperparameters=from_workers), timeout=30)
     assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     with pytest.raises(grpc.RpcError) as raised:
         stub.SetGroups(pb.SetGroupsRequest(num_groups=2, assignment={12345: 0}), timeout=30)

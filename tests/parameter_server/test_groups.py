@@ -421,3 +421,64 @@ def test_replace_model_puts_other_variables_in_place_and_refuses_older_gradients
     assert coordinator.replace_model({"w": np.zeros(3, np.float32)}, Hyperparameters(0.1), fresh_optimizer=True) == 4
     assert coordinator.model.slots == {} and coordinator.model.iterations == 0
     assert coordinator.hyperparameters().learning_rate == 0.1
+
+
+def _rate_from_workers(num_groups: int = 1) -> GroupCoordinator:
+    rule = Hyperparameters(0.5, compensate_asynchrony=False, learning_rate_from_workers=True)
+    coordinator = GroupCoordinator(ModelState(rule), num_groups, 30.0)
+    coordinator.initialize({"w": np.zeros(3, np.float32)}, rule)
+    return coordinator
+
+
+def test_where_the_workers_evaluate_the_rate_a_group_step_applies_its_members_mean() -> None:
+    coordinator = _rate_from_workers()
+    workers = [coordinator.register()[0] for _ in range(2)]
+    pending = [
+        threading.Thread(
+            target=coordinator.push,
+            args=(w, 1, 0, count, {"w": np.ones(3, np.float32)}),
+            kwargs={"learning_rate": rate},
+        )
+        for w, rate, count in zip(workers, [0.1, 0.4], [3, 1])
+    ]
+    for thread in pending:
+        thread.start()
+    for thread in pending:
+        thread.join(5)
+    # The rates weighted by example count: (3 x 0.1 + 0.4) / 4.
+    np.testing.assert_allclose(_weights(coordinator), np.full(3, -0.175), rtol=1e-6)
+    assert coordinator.stats().learning_rate_in_force == pytest.approx(0.175)
+
+
+def test_a_pushed_rate_follows_the_iterations_the_reply_carries() -> None:
+    coordinator = _rate_from_workers()
+    worker = coordinator.register()[0]
+    # Before any push the rule's rate reports; the worker's rate applies from its push.
+    assert coordinator.stats().learning_rate_in_force == 0.5
+    first = coordinator.push(worker, 1, 0, 1, {"w": np.ones(3, np.float32)}, learning_rate=0.0)
+    np.testing.assert_array_equal(_weights(coordinator), np.zeros(3))
+    second = coordinator.push(worker, 2, 1, 1, {"w": np.ones(3, np.float32)}, learning_rate=0.25)
+    np.testing.assert_allclose(_weights(coordinator), np.full(3, -0.25))
+    assert (first.iterations, second.iterations) == (1, 2)
+    # A new rule's rate is in force until the next push.
+    coordinator.set_hyperparameters(Hyperparameters(0.3, compensate_asynchrony=False, learning_rate_from_workers=True))
+    assert coordinator.stats().learning_rate_in_force == 0.3
+
+
+def test_a_pushed_rate_is_ignored_where_the_server_evaluates_the_rate() -> None:
+    coordinator = _coordinator(lr=1.0)
+    worker = coordinator.register()[0]
+    coordinator.push(worker, 1, 0, 1, {"w": np.ones(3, np.float32)}, learning_rate=0.01)
+    np.testing.assert_array_equal(_weights(coordinator), -np.ones(3))
+
+
+@pytest.mark.parametrize("rate", [float("nan"), float("inf"), -0.1])
+def test_a_pushed_rate_that_is_not_finite_or_negative_is_refused(rate: float) -> None:
+    coordinator = _rate_from_workers()
+    worker = coordinator.register()[0]
+    with pytest.raises(InvalidArgument, match="learning_rate"):
+        coordinator.push(worker, 1, 0, 1, {"w": np.ones(3, np.float32)}, learning_rate=rate)
+    assert coordinator.model.version == 0
+    # The refused push took no step: the worker pushes it again.
+    coordinator.push(worker, 1, 0, 1, {"w": np.ones(3, np.float32)}, learning_rate=0.5)
+    np.testing.assert_allclose(_weights(coordinator), np.full(3, -0.5))

@@ -3,6 +3,7 @@ import pytest
 
 from omnikeras.parameter_server import parallel
 from omnikeras.parameter_server.optimizers.sgd import apply_update
+from omnikeras.parameter_server.schedules import LearningRateSchedule
 from omnikeras.parameter_server.update_rule import Hyperparameters
 
 
@@ -36,6 +37,17 @@ def test_matches_keras_sgd(momentum: float, nesterov: bool, dtype: str) -> None:
         ({"momentum": 1.0}, "momentum"),
         ({"momentum": float("inf")}, "momentum"),
         ({"weight_decay": -0.1}, "weight_decay"),
+        ({"learning_rate": -0.1, "learning_rate_from_workers": True}, "learning_rate"),
+        ({"learning_rate": float("nan"), "learning_rate_from_workers": True}, "learning_rate"),
+        (
+            {
+                "learning_rate_from_workers": True,
+                "learning_rate_schedule": LearningRateSchedule("ExponentialDecay", {
+                    "initial_learning_rate": 0.1, "decay_steps": 10, "decay_rate": 0.5, "staircase": False
+                }),
+            },
+            "cannot come from the workers too",
+        ),
     ],
 )
 def test_bad_hyperparameters_are_refused(kwargs: dict, message: str) -> None:
@@ -62,7 +74,6 @@ def test_large_arrays_split_over_two_threads_get_the_same_update(momentum: float
 def test_the_server_follows_keras_sgd_with_a_schedule_weight_decay_and_exclusions() -> None:
     keras = pytest.importorskip("keras")
     from omnikeras.parameter_server.model_state import ModelState
-    from omnikeras.parameter_server.schedules import LearningRateSchedule
 
     rng = np.random.default_rng(1)
     starts = {"kernel": rng.normal(size=(4, 3)).astype("float32"), "bias": rng.normal(size=3).astype("float32")}

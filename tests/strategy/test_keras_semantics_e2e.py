@@ -1,6 +1,7 @@
 """Keras semantics kept through a launched cluster: a schedule, weight decay, a variable
 without a gradient, batch normalization and a learning-rate callback give the weights
-plain Keras gives."""
+plain Keras gives; a schedule of the user's own follows the servers' iteration count
+across groups."""
 
 import pathlib
 import subprocess
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 SCRIPT = pathlib.Path(__file__).with_name("semantics_script.py")
+OWN_SCHEDULE_SCRIPT = pathlib.Path(__file__).with_name("own_schedule_script.py")
 pytestmark = pytest.mark.slow
 
 
@@ -45,3 +47,23 @@ def test_learning_rate_scheduler_changes_the_server_s_rate(tmp_path) -> None:
     assert saved["learning_rate"] == pytest.approx(0.1 / 2**9)
     for ours, plain in _pairs(saved):
         np.testing.assert_allclose(ours, plain, atol=1e-5)
+
+
+def test_a_schedule_of_the_user_s_own_follows_the_servers_count_across_groups(tmp_path) -> None:
+    out = tmp_path / "own_schedule.npz"
+    run = subprocess.run(
+        [sys.executable, "-m", "omnikeras", "launch", "--workers", "2", "--groups", "2", "--no-compensation",
+         "--log-dir", str(tmp_path / "logs"), str(OWN_SCHEDULE_SCRIPT), "--out", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    with np.load(out) as saved:
+        iterations, updates, rate = int(saved["iterations"]), int(saved["updates"]), float(saved["learning_rate"])
+    # Three passes of 44 batches, one update each, shared by the two groups.
+    assert updates == 3 * 44
+    # The chief took half the steps, but its optimizer counts every group's updates, as the
+    # schedule does: at most the other group's last few came after its own last.
+    assert updates - 3 <= iterations <= updates
+    # The last rate applied is the schedule's at (about) the servers' count, not at the
+    # chief's own steps (about half of it).
+    assert 1e-4 * (updates - 3) <= rate <= 1e-4 * (updates + 1)

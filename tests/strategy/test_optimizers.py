@@ -75,6 +75,43 @@ def test_an_optimizer_given_by_name_or_under_loss_scaling_trains_as_in_plain_ker
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
+class WarmUpCosine(keras.optimizers.schedules.LearningRateSchedule):
+    """A schedule of the user's own, as keras-io's examples write one: a linear warm-up,
+    then a cosine decay to 0."""
+
+    def __init__(self, base: float, total_steps: int, warmup_steps: int) -> None:
+        super().__init__()
+        self.base, self.total_steps, self.warmup_steps = base, total_steps, warmup_steps
+
+    def __call__(self, step):
+        step = keras.ops.cast(step, "float32")
+        progress = (step - self.warmup_steps) / float(self.total_steps - self.warmup_steps)
+        decayed = 0.5 * self.base * (1 + keras.ops.cos(np.pi * progress))
+        return keras.ops.where(step < self.warmup_steps, self.base * step / self.warmup_steps, decayed)
+
+
+@pytest.mark.parametrize(
+    "optimizer",
+    [
+        lambda: keras.optimizers.SGD(WarmUpCosine(0.1, 12, 4), momentum=0.9),
+        lambda: keras.optimizers.Adam(lambda: 0.02),
+        lambda: keras.optimizers.LossScaleOptimizer(
+            keras.optimizers.AdamW(WarmUpCosine(0.02, 12, 4), weight_decay=0.05)
+        ),
+    ],
+    ids=["own schedule", "rate as a function", "own schedule loss scaled"],
+)
+@pytest.mark.parametrize("shared_memory", [True, False], ids=["shared memory", "gRPC"])
+def test_a_rate_only_tensorflow_can_evaluate_trains_as_in_plain_keras(server, optimizer, shared_memory: bool) -> None:
+    first, plain = _trained(None, optimizer)
+    config = WorkerConfig((server.address,), shared_memory=shared_memory)
+    _, launched = _trained(omnikeras.GroupedAsyncStrategy(config), optimizer)
+    for expected, got in zip(plain, launched, strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    assert not np.allclose(plain[0], first[0], atol=1e-3), "training changed the weights"
+    assert server.coordinator.model.iterations == EPOCHS * EXAMPLES // BATCH
+
+
 def test_an_optimizer_the_server_cannot_apply_is_refused_with_what_to_do(server) -> None:
     strategy = omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,)))
     with strategy.scope():
