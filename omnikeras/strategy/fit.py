@@ -45,6 +45,9 @@ class ClusterSync(keras.callbacks.Callback):
         # Keras has built the model and its optimizer by now.
         self.worker.start(self.model)
 
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        self.worker.begin_epoch()
+
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         if self.worker.stop_requested:
             self.model.stop_training = True
@@ -65,14 +68,18 @@ class ClusterSync(keras.callbacks.Callback):
 
 class LearningRateRelay(keras.callbacks.Callback):
     """Hands the chief's learning rate to the server whenever a callback changes it:
-    `LearningRateScheduler` as an epoch begins, `ReduceLROnPlateau` as one ends.
+    `LearningRateScheduler` as an epoch begins, `ReduceLROnPlateau` as one ends, and,
+    `every_batch`, a callback of the user's that sets it batch by batch (a one-cycle
+    policy) before each step.
 
-    `fit` adds it on the chief, after the user's callbacks.
+    `fit` adds it on the chief, after the user's callbacks, `every_batch` where one of
+    them has batch hooks.
     """
 
-    def __init__(self, worker: ClusterWorker) -> None:
+    def __init__(self, worker: ClusterWorker, every_batch: bool = False) -> None:
         super().__init__()
         self.worker = worker
+        self.every_batch = every_batch
         self._relayed: float | None = None
 
     def on_train_begin(self, logs: dict | None = None) -> None:
@@ -80,6 +87,11 @@ class LearningRateRelay(keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         self._relay()
+
+    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+        # After the user's callbacks' hooks for this batch, before its step.
+        if self.every_batch:
+            self._relay()
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         self._relay()
@@ -201,7 +213,9 @@ def fit_through_server(
     sync = ClusterSync(worker)
     callbacks = list(arguments.pop("callbacks", None) or [])
     _check_one_learning_rate_owner(model, callbacks)
-    chief_callbacks: list[keras.callbacks.Callback] = [LearningRateRelay(worker)] if config.is_chief else []
+    chief_callbacks: list[keras.callbacks.Callback] = []
+    if config.is_chief:
+        chief_callbacks.append(LearningRateRelay(worker, every_batch=any(map(_has_batch_hooks, callbacks))))
     if config.is_chief and not any(isinstance(c, keras.callbacks.ProgbarLogger) for c in callbacks):
         chief_callbacks.append(PassProgress(worker))
     if not config.is_chief:
@@ -220,6 +234,13 @@ def fit_through_server(
         if worker.failure is not None:
             raise worker.failure from None
         raise
+
+
+def _has_batch_hooks(callback: keras.callbacks.Callback) -> bool:
+    """Whether `callback` acts between steps, where it may change the learning rate."""
+    hooks = ("on_batch_begin", "on_batch_end", "on_train_batch_begin", "on_train_batch_end")
+    # Keras marks the base class's empty hooks so (`LambdaCallback` sets its own on the instance).
+    return any(not getattr(getattr(callback, hook), "_is_default", False) for hook in hooks)
 
 
 def _check_supported(model: keras.Model, arguments: dict[str, Any]) -> None:

@@ -29,6 +29,10 @@
    step of its own over sub-models) cannot be; without a strategy Keras leaves it to
    the train step's tracing, and so does this one for such a model, building only its
    optimizer beforehand.
+7. `TFEpochIterator.__next__`: the worker knows before a step whether it would read past
+   its epoch (the exchange before chose its share), so the epoch ends there, and Keras
+   begins no step (no callback's `on_train_batch_begin`) that would only find the data's
+   end: callbacks see each epoch's steps as in plain Keras.
 
 All are private to Keras, so the supported Keras range is pinned and checked here, and
 tests fail if a hook stops being called. Models under any other strategy go through
@@ -71,6 +75,7 @@ _original_fit = TensorFlowTrainer.fit
 _original_catch_stop_iteration = TFEpochIterator.catch_stop_iteration
 _original_loss_scale_apply = LossScaleOptimizer._tf_apply
 _original_maybe_symbolic_build = TensorFlowTrainer._maybe_symbolic_build
+_original_epoch_next = TFEpochIterator.__next__
 
 
 @functools.wraps(_original_update_step)
@@ -132,6 +137,19 @@ def _catch_stop_iteration(self: TFEpochIterator) -> Iterator[None]:
     except (StopIteration, tf.errors.OutOfRangeError):
         self._current_iterator = None
         self.data_adapter.on_epoch_end()
+
+
+@functools.wraps(_original_epoch_next)
+def _epoch_next(self: TFEpochIterator) -> tuple:
+    strategy = self._distribute_strategy
+    if isinstance(strategy, GroupedAsyncStrategy):
+        worker = strategy.worker
+        # The training data's iterator only, not validation's.
+        if self.data_adapter.get_tf_dataset() is worker.shares and worker.epoch_over():
+            self._current_iterator = None
+            self.data_adapter.on_epoch_end()
+            raise StopIteration
+    return _original_epoch_next(self)
 
 
 @functools.wraps(_original_loss_scale_apply)
@@ -211,3 +229,4 @@ def install() -> None:
     TFEpochIterator.catch_stop_iteration = _catch_stop_iteration
     LossScaleOptimizer._tf_apply = _loss_scale_apply
     TensorFlowTrainer._maybe_symbolic_build = _maybe_symbolic_build
+    TFEpochIterator.__next__ = _epoch_next

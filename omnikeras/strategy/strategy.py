@@ -33,8 +33,9 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
     of Keras' built-in schedules, which the server evaluates at its own iteration count,
     or a schedule of the user's own or a function, which each worker evaluates as Keras
     does at the servers' iteration count and pushes with its gradients), its
-    momentum-like setting and its weight decay. `LearningRateScheduler` and
-    `ReduceLROnPlateau` on the chief change the server's rate. Gradient clipping applies
+    momentum-like setting and its weight decay. `LearningRateScheduler`,
+    `ReduceLROnPlateau` and callbacks of the user's own that set the learning rate, on
+    the chief, change the server's rate. Gradient clipping applies
     to each worker's gradients before its group combines them. Settings the server cannot
     apply (`use_ema`, gradient accumulation, variable constraints) raise an error when
     `fit` starts.

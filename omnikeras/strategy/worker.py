@@ -47,6 +47,11 @@ class ClusterWorker:
         self._next_members: tuple[int, ...] = ()
         self._share: data.Share | None = None
         self.next_share: data.NextShare | None = None
+        # The dataset `fit` reads the shares from; where its epochs are passes over the
+        # data, the batches in a pass, and the pass the epoch under way began in.
+        self.shares: tf.data.Dataset | None = None
+        self._batches_per_epoch: int | None = None
+        self._epoch_pass = 0
         self.batch_size = 32
         # Rows of the last pushed step's share: its weight in its group's mean.
         self.example_count = 1
@@ -98,7 +103,22 @@ class ClusterWorker:
             self.next_share = data.NextShare(dtypes)
         self.next_share.put(self._choose_share())
         batches_per_pass = source.batches_per_pass if epochs_by_pass else None
-        return self.next_share.dataset(source.element_spec, batches_per_pass, can_end=source.can_end)
+        self._batches_per_epoch = batches_per_pass
+        self.shares = self.next_share.dataset(source.element_spec, batches_per_pass, can_end=source.can_end)
+        return self.shares
+
+    def begin_epoch(self) -> None:
+        """Notes the pass over the data that the epoch beginning now begins in."""
+        if self._batches_per_epoch is not None and self._share is not None and self._share.batch >= 0:
+            self._epoch_pass = self._share.batch // self._batches_per_epoch
+
+    def epoch_over(self) -> bool:
+        """Whether the share the next step would read lies past the epoch under way,
+        where epochs are passes over the data: in a later pass, or past the data's end.
+        The dataset of `shares` ends there too, but only as that step reads it."""
+        if self._batches_per_epoch is None or self._share is None:
+            return False
+        return self._share.batch < 0 or self._share.batch // self._batches_per_epoch > self._epoch_pass
 
     @property
     def reading(self) -> int | None:

@@ -457,3 +457,60 @@ def test_a_chief_resuming_takes_the_frozen_weights_the_servers_kept_and_one_star
     assert not np.array_equal(keras.ops.convert_to_numpy(resumed.get_layer("frozen_base").kernel), kept)
     resumed.fit(*_data(), batch_size=32, epochs=1, verbose=0)
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(resumed.get_layer("frozen_base").kernel), kept)
+
+
+class _BatchCounter(keras.callbacks.Callback):
+    """The batches each hook saw, epoch by epoch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.begun: list[list[int]] = []
+        self.ended: list[list[int]] = []
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        self.begun.append([])
+        self.ended.append([])
+
+    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+        self.begun[-1].append(batch)
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        self.ended[-1].append(batch)
+
+
+def _plain_and_ours(server: ParameterServer) -> dict[str, tf.distribute.Strategy]:
+    return {"plain": tf.distribute.get_strategy(), "ours": omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,)))}
+
+
+def test_callbacks_see_each_epoch_s_steps_as_in_plain_keras(server) -> None:
+    counted = {}
+    for name, strategy in _plain_and_ours(server).items():
+        counter = _BatchCounter()
+        model = _model(strategy, keras.optimizers.SGD, learning_rate=0.1)
+        model.fit(*_data(), batch_size=32, epochs=3, verbose=0, callbacks=[counter])
+        counted[name] = (counter.begun, counter.ended)
+    # No step begun only to find the end of the epoch's data.
+    assert counted["ours"] == counted["plain"] == ([[0, 1, 2]] * 3, [[0, 1, 2]] * 3)
+
+
+class _OneCycle(keras.callbacks.Callback):
+    """A learning rate set batch by batch, as a one-cycle policy sets it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.step = 0
+
+    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+        self.model.optimizer.learning_rate = [0.05, 0.4, 0.1, 0.02][self.step % 4]
+        self.step += 1
+
+
+def test_a_learning_rate_a_callback_sets_batch_by_batch_applies_from_that_batch(server) -> None:
+    weights = {}
+    for name, strategy in _plain_and_ours(server).items():
+        keras.utils.set_random_seed(1)
+        model = _model(strategy, keras.optimizers.SGD, learning_rate=0.1, momentum=0.5)
+        model.fit(*_data(), batch_size=16, epochs=2, shuffle=False, verbose=0, callbacks=[_OneCycle()])
+        weights[name] = [keras.ops.convert_to_numpy(w) for w in model.weights]
+    for expected, got in zip(weights["plain"], weights["ours"], strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
