@@ -226,6 +226,7 @@ def fit_through_server(
         for key in ("validation_data", "validation_steps", "validation_batch_size", "validation_freq"):
             arguments.pop(key, None)
     worker.failure = None
+    worker.fitting = True
     try:
         # The shares are shuffled already, alike on every worker.
         return fit(model, x=shares, shuffle=False, callbacks=[sync, *callbacks, *chief_callbacks, ClusterLeave(worker)], **arguments)
@@ -234,6 +235,8 @@ def fit_through_server(
         if worker.failure is not None:
             raise worker.failure from None
         raise
+    finally:
+        worker.fitting = False
 
 
 def _has_batch_hooks(callback: keras.callbacks.Callback) -> bool:

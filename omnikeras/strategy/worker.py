@@ -78,6 +78,8 @@ class ClusterWorker:
         self._ahead: tuple[str, ...] = ()
         # What ended the last exchange with the servers, if it failed.
         self.failure: Exception | None = None
+        # Inside `fit`, whose steps alone exchange with the servers.
+        self.fitting = False
         # The chief's weights on the servers as its last `fit` left them (`server_weights`),
         # before the callbacks' `on_train_end`.
         self.weights_at_end: dict[str, np.ndarray] | None = None
@@ -317,7 +319,13 @@ class ClusterWorker:
 
     def check_applying(self, optimizer: keras.optimizers.Optimizer) -> None:
         """Called as the train step is traced, with the optimizer that applies its
-        gradients: the servers apply the model's, and only once a step."""
+        gradients: the servers apply the model's, and only once a step of `fit`."""
+        if not self.fitting:
+            raise ValueError(
+                "GroupedAsyncStrategy trains through model.fit, whose steps exchange with the parameter servers: "
+                "gradients applied outside it (a custom training loop's apply_gradients) cannot reach them. "
+                "Call model.fit (a train_step of your own is fine), or train outside the strategy's scope"
+            )
         compiled = self._optimizer
         if optimizer is compiled or optimizer is getattr(compiled, "inner_optimizer", None):
             return

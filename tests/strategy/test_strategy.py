@@ -436,6 +436,21 @@ def test_a_train_step_with_an_optimizer_of_its_own_is_refused(server) -> None:
         model.fit(_data()[0], batch_size=32, epochs=1, verbose=0)
 
 
+def test_gradients_applied_outside_fit_are_refused_with_what_to_do(server) -> None:
+    model = _model(omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,))), keras.optimizers.SGD)
+    before = [keras.ops.convert_to_numpy(w) for w in model.weights]
+    x, y = _data()
+    with tf.GradientTape() as tape:
+        loss = keras.losses.sparse_categorical_crossentropy(y, model(x))
+    gradients = tape.gradient(loss, model.trainable_variables)
+    with pytest.raises(ValueError, match="trains through model.fit.*custom training loop"):
+        model.optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+    for was, variable in zip(before, model.weights):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(variable), was)
+    # The model still trains through fit.
+    assert model.fit(x, y, batch_size=32, epochs=1, verbose=0).history["model_version"] == [3]
+
+
 def _frozen_base(strategy: tf.distribute.Strategy) -> keras.Model:
     with strategy.scope():
         base = keras.layers.Dense(3, name="frozen_base", trainable=False)
