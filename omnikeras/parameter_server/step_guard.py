@@ -3,8 +3,9 @@
 A delay of `s` updates shrinks the largest stable step along the curvature that limits
 it (for heavy-ball momentum `mu` and one update of delay, from `2 (1 + mu) / (1 - mu)`
 over the curvature to about `1`), and nothing the server sees tells that curvature
-beforehand. So the cap warms up, from a fraction of the compiled step by `GROWTH` per
-update while the training loss the workers push with their gradients holds its best
+beforehand. So the cap warms up, from a fraction of the compiled step (never below that
+fraction of it until a first halving: a learning-rate schedule's own warm-up may start
+at 0) by `GROWTH` per update while the training loss the workers push with their gradients holds its best
 level over many updates (within that level's noise), and stops growing while it lies
 above. Where the loss over the last few updates (`SHORT`) climbs clearly past its level
 over many (`LONG`), by a factor `RISE` and by `SIGMAS` standard deviations of its own
@@ -93,8 +94,11 @@ class StepGuard:
 
     def cap(self, step: float) -> float:
         """The step in force where the compiled effective step is `step`."""
-        if self._cap is None:
-            self._cap = self.start * step
+        if not self.backoffs:
+            # Until the loss shows a step too large, the start's share of the compiled step
+            # is safe: a schedule that warms up from 0 raises the cap with it.
+            self._cap = max(self._cap or 0.0, self.start * step)
+        assert self._cap is not None
         self._compiled = step
         self._step = min(step, self._cap)
         return self._step
@@ -139,7 +143,8 @@ class StepGuard:
             self._hold -= 1
             return
         if self._improving:
-            # No further than the compiled step: a rate raised later warms up again.
+            # No further than the compiled step: a rate raised later warms up again (from
+            # the start's share of it, until a first halving).
             self._cap = min(self._cap * self._growth, self._compiled)
 
     def _climbed(self, level: float) -> bool:

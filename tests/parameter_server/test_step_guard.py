@@ -57,12 +57,36 @@ def test_a_loss_that_climbs_halves_the_step_holds_it_and_warms_up_slower() -> No
 
 
 def test_the_cap_follows_the_compiled_step_down_and_warms_up_when_it_rises() -> None:
-    guard = StepGuard(start=1.0)
+    guard = StepGuard(start=0.25)
     _run(guard, [None] * 10, step=1.0)
     assert _run(guard, [None] * 10, step=0.1)[-1] == 0.1
+    # From the start's share of the raised step, above where the cap had come down to.
     rising = _run(guard, [None] * 10, step=1.0)
-    assert rising[0] == pytest.approx(0.1)
-    assert rising[-1] < 0.2
+    assert rising[0] == pytest.approx(0.25)
+    assert rising[-1] == pytest.approx(0.25 * GROWTH**9)
+
+
+def test_a_compiled_step_that_warms_up_from_zero_raises_the_cap_with_it() -> None:
+    # A schedule's warm-up from 0 (keras-io's warm-up cosine, CosineDecay's warmup_target):
+    # a cap grown from 0 would stay at 0.
+    guard = StepGuard(start=0.25)
+    steps = []
+    for k in range(100):
+        steps.append(guard.cap(k / 100))
+        guard.record(None)
+    assert steps[0] == 0.0
+    assert all(0.25 * k / 100 <= step <= k / 100 for k, step in enumerate(steps))
+    # Grown to the schedule's, an update behind it: the cap grows no further than the
+    # compiled step it last applied.
+    assert steps[-1] == pytest.approx(0.98)
+
+
+def test_after_a_halving_the_cap_stays_below_the_start_s_share_where_the_loss_put_it() -> None:
+    guard = StepGuard(start=1.0)
+    _run(guard, [1.0] * 100)
+    _run(guard, [1.0 * 1.3**k for k in range(10)])
+    assert guard.backoffs == 1
+    assert _run(guard, [1.0], step=1.0) == [BACKOFF]
 
 
 def test_a_restart_measures_the_loss_level_afresh() -> None:
