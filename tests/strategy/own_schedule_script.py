@@ -1,7 +1,7 @@
 """Trains a small model through the strategy with a learning-rate schedule of the user's
-own, which only TensorFlow can evaluate (linear in the step), and saves what the chief
-saw as training ended: its optimizer's iteration count, the servers' count and the rate
-they applied last."""
+own, which only TensorFlow can evaluate (linear in the step; with `--warmup`, a warm-up
+from 0, as keras-io's), and saves what the chief saw as training ended: its optimizer's
+iteration count, the servers' count, the rate they applied last and the epochs' losses."""
 
 import argparse
 
@@ -12,6 +12,7 @@ import omnikeras
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--out", required=True)
+parser.add_argument("--warmup", action="store_true")
 args = parser.parse_args()
 
 
@@ -20,12 +21,17 @@ class Linear(keras.optimizers.schedules.LearningRateSchedule):
         return 1e-4 * (keras.ops.cast(step, "float32") + 1)
 
 
+class WarmUp(keras.optimizers.schedules.LearningRateSchedule):
+    def __call__(self, step):
+        return 0.3 * keras.ops.minimum(keras.ops.cast(step, "float32") / 50, 1.0)
+
+
 (x, y), _ = omnikeras.datasets.digits()
 strategy = omnikeras.GroupedAsyncStrategy()
 with strategy.scope():
     model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Flatten(), keras.layers.Dense(10, activation="softmax")])
-    model.compile(optimizer=keras.optimizers.SGD(Linear()), loss="sparse_categorical_crossentropy")
-model.fit(x, y, batch_size=32, epochs=3, verbose=0)
+    model.compile(optimizer=keras.optimizers.SGD(WarmUp() if args.warmup else Linear()), loss="sparse_categorical_crossentropy")
+history = model.fit(x, y, batch_size=32, epochs=3, verbose=0)
 if strategy.config.is_chief:
     stats = strategy.worker.client.stats()[0]
     np.savez(
@@ -33,4 +39,5 @@ if strategy.config.is_chief:
         iterations=keras.ops.convert_to_numpy(model.optimizer.iterations),
         updates=stats.updates_applied,
         learning_rate=stats.learning_rate_in_force,
+        losses=history.history["loss"],
     )

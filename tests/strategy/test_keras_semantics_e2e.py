@@ -49,16 +49,22 @@ def test_learning_rate_scheduler_changes_the_server_s_rate(tmp_path) -> None:
         np.testing.assert_allclose(ours, plain, atol=1e-5)
 
 
-def test_a_schedule_of_the_user_s_own_follows_the_servers_count_across_groups(tmp_path) -> None:
+def _own_schedule(tmp_path: pathlib.Path, launch_option: str = "", script_option: str = "") -> dict[str, np.ndarray]:
     out = tmp_path / "own_schedule.npz"
     run = subprocess.run(
-        [sys.executable, "-m", "omnikeras", "launch", "--workers", "2", "--groups", "2", "--no-compensation",
-         "--log-dir", str(tmp_path / "logs"), str(OWN_SCHEDULE_SCRIPT), "--out", str(out)],
+        [sys.executable, "-m", "omnikeras", "launch", "--workers", "2", "--groups", "2",
+         *filter(None, [launch_option]), "--log-dir", str(tmp_path / "logs"),
+         str(OWN_SCHEDULE_SCRIPT), "--out", str(out), *filter(None, [script_option])],
         capture_output=True, text=True, timeout=600,
     )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     with np.load(out) as saved:
-        iterations, updates, rate = int(saved["iterations"]), int(saved["updates"]), float(saved["learning_rate"])
+        return dict(saved)
+
+
+def test_a_schedule_of_the_user_s_own_follows_the_servers_count_across_groups(tmp_path) -> None:
+    saved = _own_schedule(tmp_path, launch_option="--no-compensation")
+    iterations, updates, rate = int(saved["iterations"]), int(saved["updates"]), float(saved["learning_rate"])
     # Three passes of 44 batches, one update each, shared by the two groups.
     assert updates == 3 * 44
     # The chief took half the steps, but its optimizer counts every group's updates, as the
@@ -67,3 +73,10 @@ def test_a_schedule_of_the_user_s_own_follows_the_servers_count_across_groups(tm
     # The last rate applied is the schedule's at (about) the servers' count, not at the
     # chief's own steps (about half of it).
     assert 1e-4 * (updates - 3) <= rate <= 1e-4 * (updates + 1)
+
+
+def test_a_schedule_warming_up_from_zero_trains_compensated_groups(tmp_path) -> None:
+    # Compensation's cap on the step starts from a share of the compiled one: 0 here.
+    saved = _own_schedule(tmp_path, script_option="--warmup")
+    assert saved["learning_rate"] > 0
+    assert saved["losses"][-1] < 0.5 * saved["losses"][0]
