@@ -191,6 +191,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
             shared_memory_socket=self.shared_memory_socket,
             server_id=self.server_id,
             resumed_from_version=self.coordinator.resumed_from_version,
+            iterations=model.iterations,
         ).to_proto()
 
     @_status_on_error

@@ -226,6 +226,8 @@ class Description:
     server_id: str
     # The checkpoint's version it resumed from when it started; -1 without one.
     resumed_from_version: int
+    # Updates applied: Keras' `optimizer.iterations`.
+    iterations: int = 0
 
     @classmethod
     def from_proto(cls, reply: pb.DescribeReply) -> "Description":
@@ -238,6 +240,7 @@ class Description:
             reply.shared_memory_socket,
             reply.server_id,
             reply.resumed_from_version,
+            reply.iterations,
         )
 
     def to_proto(self) -> pb.DescribeReply:
@@ -250,4 +253,5 @@ class Description:
             shared_memory_socket=self.shared_memory_socket,
             server_id=self.server_id,
             resumed_from_version=self.resumed_from_version,
+            iterations=self.iterations,
         )

@@ -19,7 +19,7 @@ from omnikeras.parameter_server.errors import Refusal, refusal_of
 from omnikeras.parameter_server.tensors import SUPPORTED_DTYPES
 from omnikeras.strategy import data
 from omnikeras.strategy.place import GroupPlace
-from omnikeras.strategy.update_rule import model_statistics, server_update_rule
+from omnikeras.strategy.update_rule import model_statistics, rate_from_worker, server_update_rule
 
 logger = logging.getLogger(__name__)
 
@@ -244,6 +244,11 @@ class ClusterWorker:
             self._wait_for_variables()
         pulled = self.client.pull(wait_for_model=self.config.startup_timeout)
         self.assign(model, pulled.weights)
+        if rate_from_worker(model.optimizer):
+            # The rate this worker evaluates follows the servers' count from the first step
+            # (a chief resuming, a later fit, a worker joining late).
+            self.server_iterations = self.client.describe().iterations
+            model.optimizer.iterations.assign(self.server_iterations)
         # A chief's first fit that found a model on the servers (resumed) takes theirs.
         self._share_frozen(model, put=self.config.is_chief and (bool(others) or earlier is not None))
 

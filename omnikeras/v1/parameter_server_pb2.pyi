@@ -234,7 +234,7 @@ class DescribeRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class DescribeReply(_message.Message):
-    __slots__ = ("model_initialized", "model_version", "variables", "hyperparameters", "num_groups", "shared_memory_socket", "server_id", "resumed_from_version")
+    __slots__ = ("model_initialized", "model_version", "variables", "hyperparameters", "num_groups", "shared_memory_socket", "server_id", "resumed_from_version", "iterations")
     MODEL_INITIALIZED_FIELD_NUMBER: _ClassVar[int]
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     VARIABLES_FIELD_NUMBER: _ClassVar[int]
@@ -243,6 +243,7 @@ class DescribeReply(_message.Message):
     SHARED_MEMORY_SOCKET_FIELD_NUMBER: _ClassVar[int]
     SERVER_ID_FIELD_NUMBER: _ClassVar[int]
     RESUMED_FROM_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ITERATIONS_FIELD_NUMBER: _ClassVar[int]
     model_initialized: bool
     model_version: int
     variables: _containers.RepeatedCompositeFieldContainer[VariableSpec]
@@ -251,7 +252,8 @@ class DescribeReply(_message.Message):
     shared_memory_socket: str
     server_id: str
     resumed_from_version: int
-    def __init__(self, model_initialized: _Optional[bool] = ..., model_version: _Optional[int] = ..., variables: _Optional[_Iterable[_Union[VariableSpec, _Mapping]]] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., num_groups: _Optional[int] = ..., shared_memory_socket: _Optional[str] = ..., server_id: _Optional[str] = ..., resumed_from_version: _Optional[int] = ...) -> None: ...
+    iterations: int
+    def __init__(self, model_initialized: _Optional[bool] = ..., model_version: _Optional[int] = ..., variables: _Optional[_Iterable[_Union[VariableSpec, _Mapping]]] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., num_groups: _Optional[int] = ..., shared_memory_socket: _Optional[str] = ..., server_id: _Optional[str] = ..., resumed_from_version: _Optional[int] = ..., iterations: _Optional[int] = ...) -> None: ...
 
 class SetHyperparametersRequest(_message.Message):
     __slots__ = ("hyperparameters", "fresh_optimizer")

@@ -529,3 +529,31 @@ def test_a_learning_rate_a_callback_sets_batch_by_batch_applies_from_that_batch(
         weights[name] = [keras.ops.convert_to_numpy(w) for w in model.weights]
     for expected, got in zip(weights["plain"], weights["ours"], strict=True):
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+class _Linear(keras.optimizers.schedules.LearningRateSchedule):
+    """A schedule of the user's own: the rate names the step it was evaluated at."""
+
+    def __call__(self, step):
+        return 1e-3 * (keras.ops.cast(step, "float32") + 1)
+
+
+def _on_own_schedule(server: ParameterServer) -> keras.Model:
+    with omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,))).scope():
+        model = keras.Sequential(
+            [keras.Input((4,)), keras.layers.Dense(3, activation="softmax", name="out")], name="on_own_schedule"
+        )
+        model.compile(optimizer=keras.optimizers.SGD(_Linear()), loss="sparse_categorical_crossentropy")
+    return model
+
+
+def test_a_chief_resuming_evaluates_its_own_schedule_at_the_servers_count(server) -> None:
+    first = _on_own_schedule(server)
+    first.fit(*_data(), batch_size=32, epochs=2, verbose=0)
+    assert server.coordinator.model.iterations == 6
+
+    # A restarted chief's optimizer counts from 0; its first step is the servers' seventh.
+    resumed = _on_own_schedule(server)
+    resumed.fit(*_data(), batch_size=32, steps_per_epoch=1, epochs=1, verbose=0)
+    assert server.coordinator.stats().learning_rate_in_force == pytest.approx(1e-3 * 7)
+    assert int(keras.ops.convert_to_numpy(resumed.optimizer.iterations)) == 7
