@@ -59,10 +59,6 @@ class ClusterSync(keras.callbacks.Callback):
         self.worker.weights_at_end = self.worker.server_weights(self.model) if chief else None
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        if self.worker.passes_over():
-            # As plain Keras would after as many passes: the others read on while the
-            # chief validated, and more epochs here would be passes beyond those asked for.
-            self.model.stop_training = True
         if logs is None or self.worker.last_push is None:
             return
         logs["model_version"] = self.worker.last_push.model_version
@@ -213,9 +209,7 @@ def fit_through_server(
     source = data.batch_source(
         x, y, sample_weight, batch_size, arguments.pop("shuffle", True), config.seed, arguments.pop("class_weight", None)
     )
-    by_pass = arguments.get("steps_per_epoch") is None
-    passes = arguments.get("epochs", 1) - arguments.get("initial_epoch", 0) if by_pass else None
-    shares = worker.read_from(source, passes)
+    shares = worker.read_from(source, epochs_by_pass=arguments.get("steps_per_epoch") is None)
     sync = ClusterSync(worker)
     callbacks = list(arguments.pop("callbacks", None) or [])
     _check_one_learning_rate_owner(model, callbacks)

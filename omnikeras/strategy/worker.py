@@ -48,12 +48,10 @@ class ClusterWorker:
         self._share: data.Share | None = None
         self.next_share: data.NextShare | None = None
         # The dataset `fit` reads the shares from; where its epochs are passes over the
-        # data, the batches in a pass, the pass the epoch under way began in, and the
-        # fit's last pass.
+        # data, the batches in a pass, and the pass the epoch under way began in.
         self.shares: tf.data.Dataset | None = None
         self._batches_per_epoch: int | None = None
         self._epoch_pass = 0
-        self._last_pass = 0
         self.batch_size = 32
         # Rows of the last pushed step's share: its weight in its group's mean.
         self.example_count = 1
@@ -96,21 +94,18 @@ class ClusterWorker:
         self._data = (x, y, sample_weight)
         self.examples = data.example_count(x)
 
-    def read_from(self, source: data.BatchSource, passes: int | None) -> tf.data.Dataset:
+    def read_from(self, source: data.BatchSource, epochs_by_pass: bool) -> tf.data.Dataset:
         """The dataset `fit` trains on: this worker's share of each batch its group reads,
-        chosen as each step's reply names the next batch. With `passes` (the fit's epochs,
-        where they are passes over the data), each epoch ends where a pass over the data
-        ends, and training where the cluster has made that many (`passes_over`)."""
+        chosen as each step's reply names the next batch. With `epochs_by_pass`, each
+        epoch ends where a pass over the data ends."""
         self.source = source
         dtypes = [spec.dtype for spec in tf.nest.flatten(source.element_spec)]
         # A later `fit` keeps the variables that the train step, traced once, fills.
         if self.next_share is None or self.next_share.array_dtypes != tuple(dtypes):
             self.next_share = data.NextShare(dtypes)
         self.next_share.put(self._choose_share())
-        batches_per_pass = source.batches_per_pass if passes is not None else None
+        batches_per_pass = source.batches_per_pass if epochs_by_pass else None
         self._batches_per_epoch = batches_per_pass
-        if batches_per_pass is not None and passes is not None and self._share is not None:
-            self._last_pass = max(self._share.batch, 0) // batches_per_pass + passes - 1
         self.shares = self.next_share.dataset(source.element_spec, batches_per_pass, can_end=source.can_end)
         return self.shares
 
@@ -126,14 +121,6 @@ class ClusterWorker:
         if self._batches_per_epoch is None or self._share is None:
             return False
         return self._share.batch < 0 or self._share.batch // self._batches_per_epoch > self._epoch_pass
-
-    def passes_over(self) -> bool:
-        """Whether the share the next step would read lies past this fit's last pass over
-        the data: the cluster has made the passes it was asked for, though this worker's
-        epochs may be fewer (the other groups read on while the chief validates)."""
-        if self._batches_per_epoch is None or self._share is None:
-            return False
-        return self._share.batch < 0 or self._share.batch // self._batches_per_epoch > self._last_pass
 
     @property
     def reading(self) -> int | None:
