@@ -106,6 +106,8 @@ class ClusterWorker:
         self.next_share.put(self._choose_share())
         batches_per_pass = source.batches_per_pass if epochs_by_pass else None
         self._batches_per_epoch = batches_per_pass
+        # Keras reads a first element to build the model before the first epoch begins.
+        self.begin_epoch()
         self.shares = self.next_share.dataset(source.element_spec, batches_per_pass, can_end=source.can_end)
         return self.shares
 
