@@ -103,6 +103,7 @@ class PreparedReplies:
         batch: int | None = None,
         loss: float | None = None,
         skip_update: bool = False,
+        learning_rate: float | None = None,
     ) -> tuple[PushResult, PullResult]:
         gradients, self._ahead = {**self._ahead, **gradients}, {}
         for name, gradient in gradients.items():
