@@ -215,7 +215,8 @@ def fit_through_server(
     _check_one_learning_rate_owner(model, callbacks)
     chief_callbacks: list[keras.callbacks.Callback] = []
     if config.is_chief:
-        chief_callbacks.append(LearningRateRelay(worker, every_batch=any(map(_has_batch_hooks, callbacks))))
+        every_batch = any(map(_may_set_the_rate_between_steps, callbacks))
+        chief_callbacks.append(LearningRateRelay(worker, every_batch=every_batch))
     if config.is_chief and not any(isinstance(c, keras.callbacks.ProgbarLogger) for c in callbacks):
         chief_callbacks.append(PassProgress(worker))
     if not config.is_chief:
@@ -239,8 +240,13 @@ def fit_through_server(
         worker.fitting = False
 
 
-def _has_batch_hooks(callback: keras.callbacks.Callback) -> bool:
-    """Whether `callback` acts between steps, where it may change the learning rate."""
+def _may_set_the_rate_between_steps(callback: keras.callbacks.Callback) -> bool:
+    """Whether `callback` runs the user's code between steps, where it may change the
+    learning rate: Keras' callbacks (but `LambdaCallback`) and omnikeras' own change it
+    between epochs, if at all."""
+    own = type(callback).__module__.split(".")[0] in ("keras", "omnikeras")
+    if own and not isinstance(callback, keras.callbacks.LambdaCallback):
+        return False
     hooks = ("on_batch_begin", "on_batch_end", "on_train_batch_begin", "on_train_batch_end")
     # Keras marks the base class's empty hooks so (`LambdaCallback` sets its own on the instance).
     return any(not getattr(getattr(callback, hook), "_is_default", False) for hook in hooks)
