@@ -73,7 +73,7 @@ class LearningRateRelay(keras.callbacks.Callback):
     policy) before each step.
 
     `fit` adds it on the chief, after the user's callbacks, `every_batch` where one of
-    them has batch hooks.
+    them runs the user's code between steps.
     """
 
     def __init__(self, worker: ClusterWorker, every_batch: bool = False) -> None:
