@@ -11,7 +11,7 @@ import keras
 import numpy as np
 
 from omnikeras.strategy import data
-from omnikeras.strategy.update_rule import learning_rate_of, server_update_rule, uses_schedule
+from omnikeras.strategy.update_rule import as_written, server_update_rule, uses_schedule
 from omnikeras.strategy.worker import ClusterWorker
 
 _CHIEF_ONLY_CALLBACKS = (
@@ -97,8 +97,14 @@ class LearningRateRelay(keras.callbacks.Callback):
         self._relay()
 
     def _learning_rate(self) -> float | None:
-        # A schedule runs on the server by itself.
-        return None if uses_schedule(self.model.optimizer) else learning_rate_of(self.model.optimizer)
+        optimizer = self.model.optimizer
+        # A schedule runs on the server by itself, or the workers push the rate it gives.
+        if uses_schedule(optimizer):
+            return None
+        # One replica's copy: reading the mirrored variable costs twice as much, at every
+        # step where the rate is relayed before each.
+        rate = self.model.distribute_strategy.experimental_local_results(optimizer.learning_rate.value)[0]
+        return as_written(float(rate.numpy()))
 
     def _relay(self) -> None:
         rate = self._learning_rate()

@@ -144,8 +144,10 @@ def _epoch_next(self: TFEpochIterator) -> tuple:
     strategy = self._distribute_strategy
     if isinstance(strategy, GroupedAsyncStrategy):
         worker = strategy.worker
-        # The training data's iterator only, not validation's.
-        if self.data_adapter.get_tf_dataset() is worker.shares and worker.epoch_over():
+        # The training data's iterator only, not validation's (whose adapter would build
+        # its dataset anew if asked for it). With one local replica the strategy hands
+        # Keras the shares' dataset itself; with several, epochs end as the data does.
+        if self._distributed_dataset is worker.shares and worker.epoch_over():
             self._current_iterator = None
             self.data_adapter.on_epoch_end()
             raise StopIteration

@@ -130,9 +130,13 @@ def rate_from_worker(optimizer: keras.optimizers.Optimizer) -> bool:
 
 def learning_rate_of(optimizer: keras.optimizers.Optimizer) -> float:
     """The optimizer's current learning rate, as the user wrote it."""
-    # The optimizer keeps its rate in float32: 0.01 reads back as 0.009999999776. Seven
-    # significant digits give back the number the user wrote.
-    return float(f"{float(keras.ops.convert_to_numpy(optimizer.learning_rate)):.7g}")
+    return as_written(float(keras.ops.convert_to_numpy(optimizer.learning_rate)))
+
+
+def as_written(rate: float) -> float:
+    """A learning rate read back from its float32 variable, as the user wrote it."""
+    # 0.01 reads back as 0.009999999776: seven significant digits give back the number.
+    return float(f"{rate:.7g}")
 
 
 def _schedule(optimizer: keras.optimizers.Optimizer) -> LearningRateSchedule | None:
