@@ -557,3 +557,22 @@ def test_a_chief_resuming_evaluates_its_own_schedule_at_the_servers_count(server
     resumed.fit(*_data(), batch_size=32, steps_per_epoch=1, epochs=1, verbose=0)
     assert server.coordinator.stats().learning_rate_in_force == pytest.approx(1e-3 * 7)
     assert int(keras.ops.convert_to_numpy(resumed.optimizer.iterations)) == 7
+
+
+def test_validation_builds_its_dataset_once_an_epoch_not_at_every_step(server, monkeypatch) -> None:
+    from keras.src.trainers.data_adapters.array_data_adapter import ArrayDataAdapter
+
+    built = []
+    original = ArrayDataAdapter.get_tf_dataset
+
+    def counted(adapter: ArrayDataAdapter) -> tf.data.Dataset:
+        built.append(adapter)
+        return original(adapter)
+
+    monkeypatch.setattr(ArrayDataAdapter, "get_tf_dataset", counted)
+    model = _model(omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,))), keras.optimizers.SGD)
+    x, y = _data()
+    model.fit(x, y, batch_size=8, epochs=2, validation_data=(x, y), verbose=0)
+    # 12 training steps and 12 validation steps an epoch: Keras builds validation's dataset
+    # as its iterator is made, each epoch, and no step asks for it again.
+    assert len(built) <= 2
