@@ -479,7 +479,10 @@ class GroupCoordinator:
         kept = [self._kept(age) for age in ages]
         if any(c.skip_update for c in contributions):
             return self._skip(group, contributions, kept)
-        rule = self._rule_in_force(_pushed_rate(contributions))
+        pushed_rate = _pushed_rate(contributions)
+        if pushed_rate is not None:
+            self._pushed_rate = pushed_rate
+        rule = self._rule_in_force()
         magnitudes = _weighted_magnitudes(contributions, kept)
         if self.model.hyperparameters.compensate_asynchrony:
             share = self._compensation.share(sum(magnitudes.values()))
@@ -509,24 +512,21 @@ class GroupCoordinator:
             self.model.version, group, len(contributions), update_skipped=True, iterations=self.model.iterations
         )
 
-    def _rule_in_force(self, pushed_rate: float | None = None) -> InForce:
-        """The learning rate and momentum the next update applies; `pushed_rate`, the
-        rate its members pushed, where the workers evaluate it."""
+    def _rule_in_force(self) -> InForce:
+        """The learning rate and momentum the next update applies."""
         rule = self.model.hyperparameters
-        learning_rate = self._compiled_rate(pushed_rate)
+        learning_rate = self._compiled_rate()
         if not rule.compensate_asynchrony:
             return InForce(learning_rate, rule.momentum, self._compensation.implicit_momentum)
         return self._compensation.in_force(learning_rate, rule.momentum, rule.rule.momentum_form)
 
-    def _compiled_rate(self, pushed_rate: float | None = None) -> float:
+    def _compiled_rate(self) -> float:
         """The learning rate as compiled, before compensation: the schedule's at the
         server's iteration count, or where the workers evaluate it, the one they pushed
         last."""
         rule = self.model.hyperparameters
         if not rule.learning_rate_from_workers:
             return rule.learning_rate_at(self.model.iterations)
-        if pushed_rate is not None:
-            self._pushed_rate = pushed_rate
         return rule.learning_rate if self._pushed_rate is None else self._pushed_rate
 
     def _kept(self, staleness: int) -> float:

@@ -5,9 +5,9 @@ it (for heavy-ball momentum `mu` and one update of delay, from `2 (1 + mu) / (1 
 over the curvature to about `1`), and nothing the server sees tells that curvature
 beforehand. So the cap warms up, from a fraction of the compiled step (never below that
 fraction of it until a first halving: a learning-rate schedule's own warm-up may start
-at 0) by `GROWTH` per update while the training loss the workers push with their gradients holds its best
-level over many updates (within that level's noise), and stops growing while it lies
-above. Where the loss over the last few updates (`SHORT`) climbs clearly past its level
+at 0) by `GROWTH` per update while the training loss the workers push with their
+gradients holds its best level over many updates (within that level's noise), and stops
+growing while it lies above. Where the loss over the last few updates (`SHORT`) climbs clearly past its level
 over many (`LONG`), by a factor `RISE` and by `SIGMAS` standard deviations of its own
 noise, or that level climbs past its best by a factor `DRIFT` and its noise (all
 measured on the logarithm of the loss, whose batch-to-batch noise is about a constant

@@ -139,6 +139,8 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
         split = len(trained) - ahead_count(len(trained))
         # The weights come back in the order the gradients went out.
         variables = trained[split:] + trained[:split] + statistics
+        # The servers' iteration count comes back where the worker pushes the rate.
+        counted = [tf.int64] if learning_rate is not None else []
         with tf.device("/cpu:0"):
             written = []
             if split < len(trained):
@@ -159,22 +161,16 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
                         rate_from_worker=learning_rate is not None,
                     ),
                     [self._scalars(learning_rate), *gradients[:split], *values],
-                    Tout=[
-                        *(v.dtype for v in variables),
-                        tf.bool,
-                        *([tf.int64] if learning_rate is not None else []),
-                        *next_share.dtypes,
-                    ],
+                    Tout=[*(v.dtype for v in variables), tf.bool, *counted, *next_share.dtypes],
                     stateful=True,
                 )
             self._update_skipped.assign(outputs[len(variables)])
-            iterations = None
-            if learning_rate is not None:
-                iterations = outputs[len(variables) + 1]
+            iterations = outputs[len(variables) + 1] if counted else None
+            if iterations is not None:
                 iterations.set_shape([])
             # The reply names the next step's batch, and the exchange chose this worker's
             # share of it: the next step's input reads it from there.
-            next_share.fill(outputs[len(variables) + (2 if learning_rate is not None else 1) :])
+            next_share.fill(outputs[len(variables) + 1 + len(counted) :])
         for variable, weight in zip(variables, outputs[: len(variables)]):
             weight.set_shape(variable.shape)
             self.extended.update(variable, _assign, args=(weight,), group=False)

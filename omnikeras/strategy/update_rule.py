@@ -54,6 +54,7 @@ def server_update_rule(
     if constrained:
         raise ValueError(f"a variable constraint {unsupported}without it; constrained: {constrained}")
     weight_decay = float(optimizer.weight_decay or 0.0)
+    from_workers = rate_from_worker(optimizer)
     settings = {key: _setting(optimizer, key) for key in server.defaults}
     # Muon decays the variables it leaves to AdamW by a rate of their own.
     decays = weight_decay or settings.get("adam_weight_decay", 0.0)
@@ -62,13 +63,13 @@ def server_update_rule(
         momentum=float(getattr(optimizer, server.momentum_setting)) if server.momentum_setting else 0.0,
         optimizer=server.name,
         settings=settings,
-        learning_rate_schedule=None if rate_from_worker(optimizer) else _schedule(optimizer),
+        learning_rate_schedule=None if from_workers else _schedule(optimizer),
         weight_decay=weight_decay,
         no_weight_decay=frozenset(v.path for v in variables if decays and not optimizer._use_weight_decay(v)),
         statistics=frozenset(v.path for v in statistics),
         # Keras' own choice, by the paths and patterns only the worker has.
         adamw_variables=frozenset(v.path for v in variables if server is Muon and optimizer._should_use_adamw(v)),
-        learning_rate_from_workers=rate_from_worker(optimizer),
+        learning_rate_from_workers=from_workers,
     )
 
 
