@@ -237,6 +237,9 @@ class ModelState:
         if slots is None:
             slots = self.slots[name] = optimizer.slots(weight, step)
         optimizer.update_in_place(weight, gradient, slots, step)
+        constraint = rule.constraints.get(name)
+        if constraint is not None:
+            constraint.apply(weight)
 
     def _updated(self, name: str, gradient: np.ndarray, step: Step) -> tuple[np.ndarray, Slots]:
         """The weight and optimizer state of `name` after the update, as new arrays (the
@@ -254,6 +257,9 @@ class ModelState:
                 if weight_decay:
                     weight = decayed(weight, step.learning_rate * weight_decay)
                 weight, slots = optimizer.update(weight, gradient, slots, step)
+                constraint = rule.constraints.get(name)
+                if constraint is not None:
+                    constraint.apply(weight)
         for array in (weight, *slots.values()):
             if not math.isfinite(tensors.abs_sum(array)):
                 raise NonFinite("update of", name)
@@ -272,7 +278,14 @@ class ModelState:
         weight_decay = rule.weight_decay_of(name)
         if weight_decay:
             before = dataclasses.replace(before, weight=before.weight * abs(1 - step.learning_rate * weight_decay))
-        return rule.optimizer_of(name).bounds_after(before, change, step, weight.dtype)
+        after = rule.optimizer_of(name).bounds_after(before, change, step, weight.dtype)
+        constraint = rule.constraints.get(name)
+        if after is None or constraint is None:
+            return after
+        if not constraint.norms_stay_finite(after.weight, weight.size, weight.dtype):
+            # Tried on a copy and checked instead.
+            return None
+        return dataclasses.replace(after, weight=constraint.bound_after(after.weight))
 
     def weight_chunks(self) -> "_EncodedWeights":
         """The current weights as serialized `PullReply` chunk messages, encoded once per

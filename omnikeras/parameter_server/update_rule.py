@@ -4,6 +4,7 @@ through the server follows the trajectory of one trained by that Keras optimizer
 
     weight *= 1 - learning_rate * weight_decay      (Keras' decoupled weight decay, first)
     the optimizer's update                          (SGD's, Adam's, ...)
+    weight = constraint(weight)                     (the variable's, where it has one)
 
 with the learning rate of the schedule at the server's iteration count when one is set,
 or the rate the workers push with their gradients where only they can evaluate it.
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from omnikeras.parameter_server.constraints import Constraint
 from omnikeras.parameter_server.errors import InvalidArgument
 from omnikeras.parameter_server.optimizers import Optimizer, optimizer_named
 from omnikeras.parameter_server.optimizers.muon import Muon
@@ -57,6 +59,8 @@ class Hyperparameters:
         learning_rate_from_workers: The workers evaluate the learning rate (a schedule of
             the user's own, or a rate given as a function) and push it with each
             gradient; `learning_rate` is the rate until the first push.
+        constraints: The constrained variables' constraints, by variable name (Keras'
+            built-in ones: see `constraints`), applied after each update.
     """
 
     learning_rate: float = 0.01
@@ -70,6 +74,7 @@ class Hyperparameters:
     settings: Mapping[str, float] = field(default_factory=dict)
     adamw_variables: frozenset[str] = frozenset()
     learning_rate_from_workers: bool = False
+    constraints: Mapping[str, Constraint] = field(default_factory=dict)
     # The optimizer itself, built once per rule: Nadam keeps a running product.
     rule: Optimizer = field(init=False, repr=False, compare=False)
 
@@ -108,8 +113,12 @@ class Hyperparameters:
 
     def check_shapes(self, shapes: Mapping[str, tuple[int, ...]]) -> None:
         """Raises `InvalidArgument` where the rule cannot update variables of these shapes:
-        Muon orthogonalizes matrices only, and Keras' Muon leaves every other variable to
-        AdamW (a rule a worker built names them all)."""
+        a constraint takes norms along an axis its variable lacks; Muon orthogonalizes
+        matrices only, and Keras' Muon leaves every other variable to AdamW (a rule a
+        worker built names them all)."""
+        for name, constraint in self.constraints.items():
+            if name in shapes:
+                constraint.check_shape(name, shapes[name])
         if not isinstance(self.rule, Muon):
             return
         apart = self.adamw_variables | self.statistics
@@ -148,6 +157,7 @@ class Hyperparameters:
             settings,
             frozenset(message.adamw_variables),
             message.learning_rate_from_workers,
+            {name: Constraint.from_proto(constraint) for name, constraint in message.constraints.items()},
         )
 
     def to_proto(self) -> pb.Hyperparameters:
@@ -163,6 +173,7 @@ class Hyperparameters:
             settings=dict(self.settings),
             adamw_variables=sorted(self.adamw_variables),
             learning_rate_from_workers=self.learning_rate_from_workers,
+            constraints={name: constraint.to_proto() for name, constraint in self.constraints.items()},
         )
 
 

@@ -33,6 +33,11 @@
    its epoch (the exchange before chose its share), so the epoch ends there, and Keras
    begins no step (no callback's `on_train_batch_begin`) that would only find the data's
    end: callbacks see each epoch's steps as in plain Keras.
+8. `TFOptimizer.apply`: Keras applies each variable's constraint after the optimizer's
+   step. The server applies it after its update (see `parameter_server.constraints`), so
+   the worker leaves it out of the step: applied again to the weights pulled, a
+   constraint that moves a weight only part of the way (MinMaxNorm with a rate below 1)
+   would move it twice.
 
 All are private to Keras, so the supported Keras range is pinned and checked here, and
 tests fail if a hook stops being called. Models under any other strategy go through
@@ -76,6 +81,7 @@ _original_catch_stop_iteration = TFEpochIterator.catch_stop_iteration
 _original_loss_scale_apply = LossScaleOptimizer._tf_apply
 _original_maybe_symbolic_build = TensorFlowTrainer._maybe_symbolic_build
 _original_epoch_next = TFEpochIterator.__next__
+_original_apply = TFOptimizer.apply
 
 
 @functools.wraps(_original_update_step)
@@ -152,6 +158,22 @@ def _epoch_next(self: TFEpochIterator) -> tuple:
             self.data_adapter.on_epoch_end()
             raise StopIteration
     return _original_epoch_next(self)
+
+
+@functools.wraps(_original_apply)
+def _apply(self: TFOptimizer, grads: list, trainable_variables: list | None = None) -> None:
+    if not isinstance(self._distribution_strategy, GroupedAsyncStrategy):
+        return _original_apply(self, grads, trainable_variables)
+    variables = getattr(self, "_trainable_variables", []) if trainable_variables is None else trainable_variables
+    constrained = {id(v): (v, v.constraint) for v in variables if v.constraint is not None}
+    # Keras' loop over the constraints reads them as it traces the step: none there.
+    for variable, _ in constrained.values():
+        variable.constraint = None
+    try:
+        return _original_apply(self, grads, trainable_variables)
+    finally:
+        for variable, constraint in constrained.values():
+            variable.constraint = constraint
 
 
 @functools.wraps(_original_loss_scale_apply)
@@ -232,3 +254,4 @@ def install() -> None:
     LossScaleOptimizer._tf_apply = _loss_scale_apply
     TensorFlowTrainer._maybe_symbolic_build = _maybe_symbolic_build
     TFEpochIterator.__next__ = _epoch_next
+    TFOptimizer.apply = _apply

@@ -33,12 +33,13 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
     of Keras' built-in schedules, which the server evaluates at its own iteration count,
     or a schedule of the user's own or a function, which each worker evaluates as Keras
     does at the servers' iteration count and pushes with its gradients), its
-    momentum-like setting and its weight decay. `LearningRateScheduler`,
+    momentum-like setting, its weight decay, and the variables' built-in constraints
+    (`MaxNorm`, `NonNeg`, ...), applied after each update. `LearningRateScheduler`,
     `ReduceLROnPlateau` and callbacks of the user's own that set the learning rate, on
     the chief, change the server's rate. Gradient clipping applies
     to each worker's gradients before its group combines them. Settings the server cannot
-    apply (`use_ema`, gradient accumulation, variable constraints) raise an error when
-    `fit` starts.
+    apply (`use_ema`, gradient accumulation, a constraint of the user's own) raise an
+    error when `fit` starts.
 
     Asynchrony adds momentum of its own (about 1 - 1/g with g groups), and stale gradients
     make large steps unstable. With more than one group the servers compensate, unless

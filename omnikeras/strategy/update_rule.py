@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import keras
 
 from omnikeras.parameter_server import Hyperparameters
+from omnikeras.parameter_server.constraints import SETTINGS, Constraint
 from omnikeras.parameter_server.optimizers import OPTIMIZERS, Optimizer
 from omnikeras.parameter_server.optimizers.muon import Muon
 from omnikeras.parameter_server.schedules import FORMULAS, LearningRateSchedule
@@ -36,8 +37,8 @@ def server_update_rule(
 
     Raises:
         ValueError: For settings the server does not apply: an exponential moving average
-            of the weights, gradient accumulation, variable constraints, Muon's `rms_rate`
-            of 0.
+            of the weights, gradient accumulation, a constraint other than Keras' built-in
+            ones, Muon's `rms_rate` of 0.
         TypeError: For an optimizer the server does not apply.
     """
     if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
@@ -50,9 +51,6 @@ def server_update_rule(
         raise ValueError(
             f"gradient_accumulation_steps {unsupported}one update per group step; raise the batch size instead"
         )
-    constrained = [v.path for v in variables if v.constraint is not None]
-    if constrained:
-        raise ValueError(f"a variable constraint {unsupported}without it; constrained: {constrained}")
     weight_decay = float(optimizer.weight_decay or 0.0)
     from_workers = rate_from_worker(optimizer)
     settings = {key: _setting(optimizer, key) for key in server.defaults}
@@ -70,7 +68,29 @@ def server_update_rule(
         # Keras' own choice, by the paths and patterns only the worker has.
         adamw_variables=frozenset(v.path for v in variables if server is Muon and optimizer._should_use_adamw(v)),
         learning_rate_from_workers=from_workers,
+        constraints={v.path: server_constraint(v) for v in variables if v.constraint is not None},
     )
+
+
+def server_constraint(variable: keras.Variable) -> Constraint:
+    """The variable's constraint as the server applies it: one of Keras' built-in ones.
+
+    Raises:
+        ValueError: For any other constraint, which only the worker's TensorFlow could
+            apply to weights the server holds.
+    """
+    constraint = variable.constraint
+    name = type(constraint).__name__
+    if name not in SETTINGS or type(constraint) is not getattr(keras.constraints, name):
+        raise ValueError(
+            f"{variable.path}'s constraint {constraint!r} is not supported under GroupedAsyncStrategy: the "
+            f"parameter server updates the weights and applies Keras' {', '.join(SETTINGS)} after each "
+            "update; use one of those, or train without the constraint"
+        )
+    config = constraint.get_config()
+    if name != "NonNeg":
+        config["epsilon"] = keras.backend.epsilon()
+    return Constraint(name, config)
 
 
 def _setting(optimizer: keras.optimizers.Optimizer, key: str) -> float:

@@ -46,8 +46,16 @@ class LearningRateSchedule(_message.Message):
     config_json: str
     def __init__(self, name: _Optional[str] = ..., config_json: _Optional[str] = ...) -> None: ...
 
+class Constraint(_message.Message):
+    __slots__ = ("name", "config_json")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    config_json: str
+    def __init__(self, name: _Optional[str] = ..., config_json: _Optional[str] = ...) -> None: ...
+
 class Hyperparameters(_message.Message):
-    __slots__ = ("learning_rate", "momentum", "nesterov", "learning_rate_schedule", "weight_decay", "no_weight_decay", "statistics", "compensate_asynchrony", "optimizer", "settings", "adamw_variables", "learning_rate_from_workers")
+    __slots__ = ("learning_rate", "momentum", "nesterov", "learning_rate_schedule", "weight_decay", "no_weight_decay", "statistics", "compensate_asynchrony", "optimizer", "settings", "adamw_variables", "learning_rate_from_workers", "constraints")
     class SettingsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +63,13 @@ class Hyperparameters(_message.Message):
         key: str
         value: float
         def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class ConstraintsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Constraint
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Constraint, _Mapping]] = ...) -> None: ...
     LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
     MOMENTUM_FIELD_NUMBER: _ClassVar[int]
     NESTEROV_FIELD_NUMBER: _ClassVar[int]
@@ -67,6 +82,7 @@ class Hyperparameters(_message.Message):
     SETTINGS_FIELD_NUMBER: _ClassVar[int]
     ADAMW_VARIABLES_FIELD_NUMBER: _ClassVar[int]
     LEARNING_RATE_FROM_WORKERS_FIELD_NUMBER: _ClassVar[int]
+    CONSTRAINTS_FIELD_NUMBER: _ClassVar[int]
     learning_rate: float
     momentum: float
     nesterov: bool
@@ -79,7 +95,8 @@ class Hyperparameters(_message.Message):
     settings: _containers.ScalarMap[str, float]
     adamw_variables: _containers.RepeatedScalarFieldContainer[str]
     learning_rate_from_workers: bool
-    def __init__(self, learning_rate: _Optional[float] = ..., momentum: _Optional[float] = ..., nesterov: _Optional[bool] = ..., learning_rate_schedule: _Optional[_Union[LearningRateSchedule, _Mapping]] = ..., weight_decay: _Optional[float] = ..., no_weight_decay: _Optional[_Iterable[str]] = ..., statistics: _Optional[_Iterable[str]] = ..., compensate_asynchrony: _Optional[bool] = ..., optimizer: _Optional[str] = ..., settings: _Optional[_Mapping[str, float]] = ..., adamw_variables: _Optional[_Iterable[str]] = ..., learning_rate_from_workers: _Optional[bool] = ...) -> None: ...
+    constraints: _containers.MessageMap[str, Constraint]
+    def __init__(self, learning_rate: _Optional[float] = ..., momentum: _Optional[float] = ..., nesterov: _Optional[bool] = ..., learning_rate_schedule: _Optional[_Union[LearningRateSchedule, _Mapping]] = ..., weight_decay: _Optional[float] = ..., no_weight_decay: _Optional[_Iterable[str]] = ..., statistics: _Optional[_Iterable[str]] = ..., compensate_asynchrony: _Optional[bool] = ..., optimizer: _Optional[str] = ..., settings: _Optional[_Mapping[str, float]] = ..., adamw_variables: _Optional[_Iterable[str]] = ..., learning_rate_from_workers: _Optional[bool] = ..., constraints: _Optional[_Mapping[str, Constraint]] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
     __slots__ = ("worker_id", "group", "host")

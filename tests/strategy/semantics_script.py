@@ -3,7 +3,9 @@ with plain Keras in this process, from the same first weights on the same full b
 and saves both: Keras semantics the server must keep.
 
 `--case schedule`: BatchNormalization, an ExponentialDecay schedule, weight decay that
-leaves the biases alone, and a variable without a gradient placed first.
+leaves the biases alone, a variable without a gradient placed first, and Keras' built-in
+constraints on the output's kernel and on batch normalization's scale (MinMaxNorm with a
+rate below 1, which moves a weight only part of the way).
 `--case callbacks`: a constant rate that LearningRateScheduler halves every 20 epochs.
 """
 
@@ -33,14 +35,15 @@ class Unused(keras.layers.Layer):
 
 def build() -> keras.Model:
     keras.utils.set_random_seed(0)
+    constrained = args.case == "schedule"
     model = keras.Sequential([
         keras.Input((8, 8, 1)),
         Unused(),
         keras.layers.Conv2D(4, 3),
-        keras.layers.BatchNormalization(),
+        keras.layers.BatchNormalization(gamma_constraint=keras.constraints.MinMaxNorm(0.5, 1.5, rate=0.5) if constrained else None),
         keras.layers.Activation("relu"),
         keras.layers.Flatten(),
-        keras.layers.Dense(10, activation="softmax"),
+        keras.layers.Dense(10, activation="softmax", kernel_constraint=keras.constraints.MaxNorm(0.5) if constrained else None),
     ])
     if args.case == "schedule":
         rate = keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=20, decay_rate=0.5)
@@ -74,6 +77,7 @@ np.savez(
     updates=stats.updates_applied,
     learning_rate=strategy.worker.client.describe().hyperparameters.learning_rate,
     idle=keras.ops.convert_to_numpy(ours.layers[0].idle),
+    output_kernel=keras.ops.convert_to_numpy(ours.layers[-1].kernel),
     **{f"ours_{i}": w for i, w in enumerate(ours.get_weights())},
     **{f"plain_{i}": w for i, w in enumerate(plain.get_weights())},
 )

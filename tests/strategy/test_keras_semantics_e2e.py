@@ -32,13 +32,15 @@ def _pairs(saved: dict[str, np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
     return [(saved[f"ours_{i}"], saved[f"plain_{i}"]) for i in range(count)]
 
 
-def test_schedule_weight_decay_and_batch_normalization_end_where_plain_keras_ends(tmp_path) -> None:
+def test_schedule_weight_decay_constraints_and_batch_normalization_end_where_plain_keras_ends(tmp_path) -> None:
     saved = _train(tmp_path, "schedule")
     assert saved["updates"] == 200
     for ours, plain in _pairs(saved):
         np.testing.assert_allclose(ours, plain, atol=1e-5)
     # The variable without a gradient neither moved nor decayed.
     np.testing.assert_array_equal(saved["idle"], np.ones(3, np.float32))
+    # The output kernel's constraint binds, on the server as in plain Keras.
+    assert np.linalg.norm(saved["output_kernel"], axis=0).max() == pytest.approx(0.5, rel=1e-5)
 
 
 def test_learning_rate_scheduler_changes_the_server_s_rate(tmp_path) -> None:

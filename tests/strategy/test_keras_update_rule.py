@@ -1,15 +1,18 @@
 """A Keras optimizer's settings become the server's rule, or a clear error."""
 
+from typing import Any
+
 import keras
 import pytest
 
+from omnikeras.parameter_server.constraints import Constraint
 from omnikeras.parameter_server.schedules import LearningRateSchedule
 from omnikeras.strategy.fit import _check_one_learning_rate_owner, _may_set_the_rate_between_steps
 from omnikeras.strategy.update_rule import server_update_rule, uses_schedule
 from omnikeras.tuner import OmnivoreCallback
 
 
-def _model(optimizer: keras.optimizers.Optimizer, constraint: str | None = None) -> keras.Model:
+def _model(optimizer: keras.optimizers.Optimizer, constraint: Any = None) -> keras.Model:
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, kernel_constraint=constraint)])
     model.compile(optimizer=optimizer, loss="mse")
     return model
@@ -102,7 +105,7 @@ def test_a_rate_only_tensorflow_can_evaluate_is_left_to_the_workers(optimizer, r
     [
         (keras.optimizers.SGD(0.1, use_ema=True), None, ValueError, "use_ema"),
         (keras.optimizers.SGD(0.1, gradient_accumulation_steps=2), None, ValueError, "gradient_accumulation_steps"),
-        (keras.optimizers.SGD(0.1), "non_neg", ValueError, "constraint.*kernel"),
+        (keras.optimizers.SGD(0.1), lambda w: w, ValueError, "kernel's constraint .* is not supported"),
         (keras.optimizers.Muon(rms_rate=0), None, ValueError, "rms_rate=0"),
     ],
 )
@@ -110,6 +113,18 @@ def test_what_the_server_cannot_apply_is_refused_by_name(optimizer, constraint, 
     model = _model(optimizer, constraint)
     with pytest.raises(error, match=message):
         server_update_rule(optimizer, model.trainable_variables)
+
+
+def test_keras_built_in_constraints_reach_the_server_with_the_workers_epsilon() -> None:
+    model = _model(keras.optimizers.SGD(0.1), keras.constraints.MaxNorm(3, axis=[0]))
+    kernel = model.layers[0].kernel
+    keras.backend.set_epsilon(1e-6)
+    try:
+        rule = server_update_rule(model.optimizer, model.trainable_variables)
+    finally:
+        keras.backend.set_epsilon(1e-7)
+    assert rule.constraints == {kernel.path: Constraint("MaxNorm", {"max_value": 3, "axis": [0], "epsilon": 1e-6})}
+    assert rule.constraints[kernel.path].epsilon == 1e-6
 
 
 def test_the_tuner_owns_the_learning_rate() -> None:

@@ -36,13 +36,28 @@ def _model() -> keras.Model:
     )
 
 
+def _constrained_model() -> keras.Model:
+    """The model above with Keras' built-in constraints on its kernels, a bias and
+    batch normalization's scale, each of which binds during training."""
+    return keras.Sequential(
+        [
+            keras.Input((4,)),
+            keras.layers.Dense(8, activation="relu", kernel_constraint=keras.constraints.MaxNorm(0.6), bias_constraint="non_neg"),
+            keras.layers.BatchNormalization(gamma_constraint=keras.constraints.MinMaxNorm(0.5, 2.5, rate=0.5)),
+            keras.layers.Dense(3, activation="softmax", name="output", kernel_constraint=keras.constraints.UnitNorm(axis=1)),
+        ]
+    )
+
+
 def _trained(
-    strategy: omnikeras.GroupedAsyncStrategy | None, optimizer: Callable[[], Any]
+    strategy: omnikeras.GroupedAsyncStrategy | None,
+    optimizer: Callable[[], Any],
+    model_of: Callable[[], keras.Model] = _model,
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """The model's weights before and after training."""
     keras.utils.set_random_seed(1)
     with strategy.scope() if strategy else contextlib.nullcontext():
-        model = _model()
+        model = model_of()
         model.compile(optimizer=optimizer(), loss="sparse_categorical_crossentropy")
         # Built before `fit`: built inside it, ScheduleFreeAdamW's copy of the weights into
         # its z does not take in plain Keras (see `optimizers.schedule_free_adamw`).
@@ -73,6 +88,33 @@ def test_an_optimizer_given_by_name_or_under_loss_scaling_trains_as_in_plain_ker
     _, launched = _trained(omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,))), optimizer)
     for expected, got in zip(plain, launched, strict=True):
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "optimizer",
+    [lambda: keras.optimizers.SGD(0.2, momentum=0.9), lambda: keras.optimizers.AdamW(0.05, weight_decay=0.1)],
+    ids=["SGD", "AdamW"],
+)
+def test_constrained_variables_train_through_the_server_as_in_plain_keras(server, optimizer) -> None:
+    first, plain = _trained(None, optimizer, _constrained_model)
+    _, launched = _trained(omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,))), optimizer, _constrained_model)
+    for expected, got in zip(plain, launched, strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    kernel, bias, gamma, output = plain[0], plain[1], plain[2], plain[6]
+    # Each constraint binds: without it, training leaves these outside its bounds.
+    assert np.linalg.norm(first[0], axis=0).max() > 0.6 and np.linalg.norm(kernel, axis=0).max() == pytest.approx(0.6, rel=1e-5)
+    assert bias.min() == 0.0 and (bias > 0).any()
+    assert np.linalg.norm(output, axis=1) == pytest.approx(1.0, rel=1e-5)
+    assert 0.5 <= np.linalg.norm(gamma) <= 2.5 and not np.allclose(gamma, first[2])
+
+
+def test_a_constraint_of_the_users_own_is_refused_with_what_to_do(server) -> None:
+    strategy = omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,)))
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, kernel_constraint=lambda w: keras.ops.clip(w, -1, 1))])
+        model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+    with pytest.raises(ValueError, match="constraint .* is not supported.*NonNeg, MaxNorm, UnitNorm, MinMaxNorm"):
+        model.fit(*_data(), batch_size=BATCH, epochs=1, verbose=0)
 
 
 class WarmUpCosine(keras.optimizers.schedules.LearningRateSchedule):
