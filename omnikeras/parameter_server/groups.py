@@ -114,6 +114,7 @@ class GroupCoordinator:
         self._rejected_non_finite = 0
         self._workers_dropped = 0
         self._stop_requested = False
+        self._final_weights_set = False
         # Trainings that ended (the last worker left), and the History the chief of the
         # last one handed over (`request_stop`); the one under way's, until it ends.
         self._trainings_ended = 0
@@ -585,7 +586,11 @@ class GroupCoordinator:
     def _after_leaving(self) -> None:
         if self._workers:
             return
-        # The last worker left: this training is over, with the History its chief left.
+        # The last worker left: this training is over, with the History its chief left,
+        # and the weights it chose or, under Keras' `use_ema`, their averages.
+        if not self._final_weights_set:
+            self.model.finalize_averages()
+        self._final_weights_set = False
         self._stop_requested = False
         self._trainings_ended += 1
         self._chief_history, self._history_under_way = self._history_under_way, ""
@@ -660,6 +665,8 @@ class GroupCoordinator:
                         f"variable {shown(name)}: got {weight.dtype.name}{list(weight.shape)}, "
                         f"expected {specs[name].dtype.name}{list(specs[name].shape)}"
                     )
+            # Set as a training ends, they are its final weights (see `_after_leaving`).
+            self._final_weights_set = self._stop_requested
             return self._replace(weights, self.model.slots, self.model.iterations)
 
     def set_frozen_weights(self, weights: dict[str, np.ndarray]) -> None:

@@ -157,6 +157,9 @@ class ModelState:
             self._apply_bounded(gradients, magnitudes, step)
         else:
             self._apply_checked(gradients, step)
+        if rule.overwrites_with_average(step.iteration):
+            # The weights took their averages, which the carried bounds do not follow.
+            self._bounds = {}
         self.version += 1
         self.iterations += 1
         self.apply_seconds_total += time.perf_counter() - started
@@ -237,6 +240,7 @@ class ModelState:
         if slots is None:
             slots = self.slots[name] = optimizer.slots(weight, step)
         optimizer.update_in_place(weight, gradient, slots, step)
+        self._follow_average(weight, slots, step.iteration)
         constraint = rule.constraints.get(name)
         if constraint is not None:
             constraint.apply(weight)
@@ -257,6 +261,10 @@ class ModelState:
                 if weight_decay:
                     weight = decayed(weight, step.learning_rate * weight_decay)
                 weight, slots = optimizer.update(weight, gradient, slots, step)
+                average = self.slots.get(name, {}).get("average")
+                if average is not None:
+                    slots["average"] = average.copy()
+                self._follow_average(weight, slots, step.iteration)
                 constraint = rule.constraints.get(name)
                 if constraint is not None:
                     constraint.apply(weight)
@@ -264,6 +272,36 @@ class ModelState:
             if not math.isfinite(tensors.abs_sum(array)):
                 raise NonFinite("update of", name)
         return weight, slots
+
+    def _follow_average(self, weight: np.ndarray, slots: Slots, iteration: int) -> None:
+        """Keras' `use_ema` after an update, in place: the weight's moving average (its
+        state "average") follows the weight, which takes the average every
+        `ema_overwrite_frequency` updates. A convex combination of finite weights, the
+        average cannot overflow where they do not."""
+        rule = self.hyperparameters
+        if rule.ema_momentum is None:
+            return
+        # Keras' average starts as the weight itself, at the first update.
+        momentum = weight.dtype.type(rule.ema_momentum if iteration else 0.0)
+        average = slots.get("average")
+        if average is None:
+            average = slots["average"] = np.zeros_like(weight)
+        average *= momentum
+        average += (weight.dtype.type(1) - momentum) * weight
+        if rule.overwrites_with_average(iteration):
+            np.copyto(weight, average)
+
+    def finalize_averages(self) -> None:
+        """Puts each weight's moving average in its place, as Keras' optimizer does when
+        `fit` ends (`finalize_variable_values`); nothing where none is kept."""
+        averages = {name: state["average"] for name, state in self.slots.items() if "average" in state}
+        if not averages:
+            return
+        self._finish_pulls()
+        for name, average in averages.items():
+            np.copyto(self.weights[name], average)
+            self._bounds.pop(name, None)
+        self.version += 1
 
     def _bounds_after(self, name: str, change: float, step: Step) -> Bounds | None:
         """Bounds on `name`'s largest magnitudes once the optimizer applies a gradient

@@ -4,6 +4,7 @@ through the server follows the trajectory of one trained by that Keras optimizer
 
     weight *= 1 - learning_rate * weight_decay      (Keras' decoupled weight decay, first)
     the optimizer's update                          (SGD's, Adam's, ...)
+    average = ema_momentum * average + (1 - ema_momentum) * weight    (Keras' `use_ema`)
     weight = constraint(weight)                     (the variable's, where it has one)
 
 with the learning rate of the schedule at the server's iteration count when one is set,
@@ -61,6 +62,10 @@ class Hyperparameters:
             gradient; `learning_rate` is the rate until the first push.
         constraints: The constrained variables' constraints, by variable name (Keras'
             built-in ones: see `constraints`), applied after each update.
+        ema_momentum: Keras' `ema_momentum` where the optimizer keeps a moving average of
+            each weight (`use_ema`); None where it keeps none.
+        ema_overwrite_frequency: Keras' `ema_overwrite_frequency`: every so many updates
+            each weight takes its average (0: only when a training ends).
     """
 
     learning_rate: float = 0.01
@@ -75,6 +80,8 @@ class Hyperparameters:
     adamw_variables: frozenset[str] = frozenset()
     learning_rate_from_workers: bool = False
     constraints: Mapping[str, Constraint] = field(default_factory=dict)
+    ema_momentum: float | None = None
+    ema_overwrite_frequency: int = 0
     # The optimizer itself, built once per rule: Nadam keeps a running product.
     rule: Optimizer = field(init=False, repr=False, compare=False)
 
@@ -93,6 +100,12 @@ class Hyperparameters:
             raise InvalidArgument(f"momentum must lie in (-1, 1), got {self.momentum}")
         if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
             raise InvalidArgument(f"weight_decay must be 0 or positive, got {self.weight_decay}")
+        if self.ema_momentum is not None and not (math.isfinite(self.ema_momentum) and 0 <= self.ema_momentum <= 1):
+            raise InvalidArgument(f"ema_momentum must lie in [0, 1], got {self.ema_momentum}")
+        if self.ema_overwrite_frequency < 0 or (self.ema_overwrite_frequency and self.ema_momentum is None):
+            raise InvalidArgument(
+                f"ema_overwrite_frequency must be 0, or positive with an ema_momentum, got {self.ema_overwrite_frequency}"
+            )
         rule = optimizer_named(self.optimizer, self.settings)
         if rule.momentum_setting is None and self.momentum != 0:
             raise InvalidArgument(f"{self.optimizer} has no momentum-like setting: momentum must be 0, got {self.momentum}")
@@ -104,6 +117,12 @@ class Hyperparameters:
         if self.learning_rate_schedule is None:
             return self.learning_rate
         return self.learning_rate_schedule(iteration)
+
+    def overwrites_with_average(self, iteration: int) -> bool:
+        """Whether the update after `iteration` updates puts each weight's average in its
+        place, as Keras' `ema_overwrite_frequency` does."""
+        frequency = self.ema_overwrite_frequency
+        return bool(frequency) and (iteration + 1) % frequency == 0
 
     def optimizer_of(self, name: str) -> Optimizer:
         """The optimizer that updates variable `name`: the rule's, or Muon's AdamW."""
@@ -158,6 +177,8 @@ class Hyperparameters:
             frozenset(message.adamw_variables),
             message.learning_rate_from_workers,
             {name: Constraint.from_proto(constraint) for name, constraint in message.constraints.items()},
+            message.ema_momentum if message.use_ema else None,
+            message.ema_overwrite_frequency,
         )
 
     def to_proto(self) -> pb.Hyperparameters:
@@ -174,6 +195,9 @@ class Hyperparameters:
             adamw_variables=sorted(self.adamw_variables),
             learning_rate_from_workers=self.learning_rate_from_workers,
             constraints={name: constraint.to_proto() for name, constraint in self.constraints.items()},
+            use_ema=self.ema_momentum is not None,
+            ema_momentum=self.ema_momentum or 0.0,
+            ema_overwrite_frequency=self.ema_overwrite_frequency,
         )
 
 

@@ -34,10 +34,15 @@
    begins no step (no callback's `on_train_batch_begin`) that would only find the data's
    end: callbacks see each epoch's steps as in plain Keras.
 8. `TFOptimizer.apply`: Keras applies each variable's constraint after the optimizer's
-   step. The server applies it after its update (see `parameter_server.constraints`), so
-   the worker leaves it out of the step: applied again to the weights pulled, a
-   constraint that moves a weight only part of the way (MinMaxNorm with a rate below 1)
-   would move it twice.
+   step, and with `use_ema` moves each weight's average. The server does both after its
+   update (see `parameter_server.constraints` and `ModelState`), so the worker leaves
+   them out of the step: applied again to the weights pulled, a constraint that moves a
+   weight only part of the way (MinMaxNorm with a rate below 1) would move it twice, and
+   the worker's averages would miss the other groups' updates.
+9. `TFOptimizer.finalize_variable_values`: with `use_ema`, Keras puts each weight's
+   average in its place as `fit` ends. The server does, as the training ends, unless
+   the chief set the final weights (a callback's choice, as in Keras, where it comes
+   after); every worker then takes them.
 
 All are private to Keras, so the supported Keras range is pinned and checked here, and
 tests fail if a hook stops being called. Models under any other strategy go through
@@ -82,6 +87,7 @@ _original_loss_scale_apply = LossScaleOptimizer._tf_apply
 _original_maybe_symbolic_build = TensorFlowTrainer._maybe_symbolic_build
 _original_epoch_next = TFEpochIterator.__next__
 _original_apply = TFOptimizer.apply
+_original_finalize_variable_values = TFOptimizer.finalize_variable_values
 
 
 @functools.wraps(_original_update_step)
@@ -166,14 +172,23 @@ def _apply(self: TFOptimizer, grads: list, trainable_variables: list | None = No
         return _original_apply(self, grads, trainable_variables)
     variables = getattr(self, "_trainable_variables", []) if trainable_variables is None else trainable_variables
     constrained = {id(v): (v, v.constraint) for v in variables if v.constraint is not None}
-    # Keras' loop over the constraints reads them as it traces the step: none there.
+    use_ema = self.use_ema
+    # Keras reads both as it traces the step: the step it traces has neither.
     for variable, _ in constrained.values():
         variable.constraint = None
+    self.use_ema = False
     try:
         return _original_apply(self, grads, trainable_variables)
     finally:
+        self.use_ema = use_ema
         for variable, constraint in constrained.values():
             variable.constraint = constraint
+
+
+@functools.wraps(_original_finalize_variable_values)
+def _finalize_variable_values(self: TFOptimizer, var_list: list) -> None:
+    if not isinstance(self._distribution_strategy, GroupedAsyncStrategy):
+        _original_finalize_variable_values(self, var_list)
 
 
 @functools.wraps(_original_loss_scale_apply)
@@ -255,3 +270,4 @@ def install() -> None:
     TensorFlowTrainer._maybe_symbolic_build = _maybe_symbolic_build
     TFEpochIterator.__next__ = _epoch_next
     TFOptimizer.apply = _apply
+    TFOptimizer.finalize_variable_values = _finalize_variable_values

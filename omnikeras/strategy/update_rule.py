@@ -36,17 +36,14 @@ def server_update_rule(
     `statistics` (see `model_statistics`).
 
     Raises:
-        ValueError: For settings the server does not apply: an exponential moving average
-            of the weights, gradient accumulation, a constraint other than Keras' built-in
-            ones, Muon's `rms_rate` of 0.
+        ValueError: For settings the server does not apply: gradient accumulation, a
+            constraint other than Keras' built-in ones, Muon's `rms_rate` of 0.
         TypeError: For an optimizer the server does not apply.
     """
     if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
         optimizer = optimizer.inner_optimizer
     server = _server_optimizer(optimizer)
     unsupported = "is not supported under GroupedAsyncStrategy: the parameter server updates the weights, "
-    if optimizer.use_ema:
-        raise ValueError(f"use_ema {unsupported}and would not average them; compile without it")
     if optimizer.gradient_accumulation_steps:
         raise ValueError(
             f"gradient_accumulation_steps {unsupported}one update per group step; raise the batch size instead"
@@ -69,6 +66,8 @@ def server_update_rule(
         adamw_variables=frozenset(v.path for v in variables if server is Muon and optimizer._should_use_adamw(v)),
         learning_rate_from_workers=from_workers,
         constraints={v.path: server_constraint(v) for v in variables if v.constraint is not None},
+        ema_momentum=float(optimizer.ema_momentum) if optimizer.use_ema else None,
+        ema_overwrite_frequency=int(optimizer.ema_overwrite_frequency or 0) if optimizer.use_ema else 0,
     )
 
 

@@ -6,7 +6,9 @@ and saves both: Keras semantics the server must keep.
 leaves the biases alone, a variable without a gradient placed first, and Keras' built-in
 constraints on the output's kernel and on batch normalization's scale (MinMaxNorm with a
 rate below 1, which moves a weight only part of the way).
-`--case callbacks`: a constant rate that LearningRateScheduler halves every 20 epochs.
+`--case callbacks`: a constant rate that LearningRateScheduler halves every 20 epochs,
+and a moving average of the weights (`use_ema`) that overwrites them every 50 updates and
+that the model ends with.
 """
 
 import argparse
@@ -50,7 +52,7 @@ def build() -> keras.Model:
         optimizer = keras.optimizers.SGD(rate, momentum=0.9, weight_decay=0.01)
         optimizer.exclude_from_weight_decay(var_names=["bias"])
     else:
-        optimizer = keras.optimizers.SGD(0.1, momentum=0.9)
+        optimizer = keras.optimizers.SGD(0.1, momentum=0.9, use_ema=True, ema_overwrite_frequency=50)
     model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy")
     return model
 

@@ -103,7 +103,6 @@ def test_a_rate_only_tensorflow_can_evaluate_is_left_to_the_workers(optimizer, r
 @pytest.mark.parametrize(
     "optimizer, constraint, error, message",
     [
-        (keras.optimizers.SGD(0.1, use_ema=True), None, ValueError, "use_ema"),
         (keras.optimizers.SGD(0.1, gradient_accumulation_steps=2), None, ValueError, "gradient_accumulation_steps"),
         (keras.optimizers.SGD(0.1), lambda w: w, ValueError, "kernel's constraint .* is not supported"),
         (keras.optimizers.Muon(rms_rate=0), None, ValueError, "rms_rate=0"),
@@ -125,6 +124,16 @@ def test_keras_built_in_constraints_reach_the_server_with_the_workers_epsilon() 
         keras.backend.set_epsilon(1e-7)
     assert rule.constraints == {kernel.path: Constraint("MaxNorm", {"max_value": 3, "axis": [0], "epsilon": 1e-6})}
     assert rule.constraints[kernel.path].epsilon == 1e-6
+
+
+def test_a_moving_average_of_the_weights_reaches_the_server() -> None:
+    averaged = _model(keras.optimizers.Adam(use_ema=True, ema_momentum=0.95, ema_overwrite_frequency=10))
+    rule = server_update_rule(averaged.optimizer, averaged.trainable_variables)
+    assert (rule.ema_momentum, rule.ema_overwrite_frequency) == (0.95, 10)
+    # Keras reads the frequency only with use_ema.
+    plain = _model(keras.optimizers.Adam(ema_overwrite_frequency=10))
+    rule = server_update_rule(plain.optimizer, plain.trainable_variables)
+    assert (rule.ema_momentum, rule.ema_overwrite_frequency) == (None, 0)
 
 
 def test_the_tuner_owns_the_learning_rate() -> None:

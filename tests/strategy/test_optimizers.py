@@ -108,6 +108,26 @@ def test_constrained_variables_train_through_the_server_as_in_plain_keras(server
     assert 0.5 <= np.linalg.norm(gamma) <= 2.5 and not np.allclose(gamma, first[2])
 
 
+@pytest.mark.parametrize(
+    "optimizer",
+    [
+        lambda: keras.optimizers.SGD(0.1, momentum=0.9, use_ema=True, ema_momentum=0.9),
+        lambda: keras.optimizers.Adam(0.02, use_ema=True, ema_overwrite_frequency=5),
+    ],
+    ids=["SGD", "Adam overwritten every 5 updates"],
+)
+def test_a_moving_average_of_the_weights_ends_fit_as_in_plain_keras(server, optimizer) -> None:
+    first, plain = _trained(None, optimizer)
+    _, launched = _trained(omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,))), optimizer)
+    for expected, got in zip(plain, launched, strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    assert not np.allclose(plain[0], first[0], atol=1e-3), "training changed the weights"
+    # The model ends with the averages, which the server kept.
+    model = server.coordinator.model
+    kernel = next(name for name, weight in model.weights.items() if weight.shape == (4, 8))
+    np.testing.assert_array_equal(model.slots[kernel]["average"], launched[0])
+
+
 def test_a_constraint_of_the_users_own_is_refused_with_what_to_do(server) -> None:
     strategy = omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,)))
     with strategy.scope():

@@ -1,0 +1,127 @@
+"""Keras' `use_ema` on the server: each weight's moving average follows it as Keras'
+optimizer moves it, the weights take their averages every `ema_overwrite_frequency`
+updates and when a training ends (unless the chief set the final weights), and the
+averages are optimizer state like any other."""
+
+import keras
+import numpy as np
+import pytest
+
+from omnikeras.parameter_server.checkpoints import CheckpointDirectory
+from omnikeras.parameter_server.errors import InvalidArgument
+from omnikeras.parameter_server.groups import GroupCoordinator
+from omnikeras.parameter_server.model_state import ModelState
+from omnikeras.parameter_server.update_rule import Hyperparameters
+
+UPDATES = 7
+
+
+def _gradients() -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    return [rng.normal(size=(2, 3)).astype(np.float32) for _ in range(UPDATES)]
+
+
+def _keras(optimizer: keras.optimizers.Optimizer, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Keras' weight and its average after the updates."""
+    variable = keras.Variable(start)
+    for gradient in _gradients():
+        optimizer.apply([keras.ops.convert_to_tensor(gradient)], [variable])
+    average = optimizer._model_variables_moving_average[0]
+    return keras.ops.convert_to_numpy(variable), keras.ops.convert_to_numpy(average)
+
+
+@pytest.mark.parametrize("frequency", [None, 3])
+@pytest.mark.parametrize("optimizer", ["SGD", "Adagrad"], ids=["updated in place", "updated on copies"])
+def test_the_average_and_its_overwrites_follow_keras(optimizer: str, frequency: int | None) -> None:
+    start = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
+    keras_optimizer = getattr(keras.optimizers, optimizer)(0.1, use_ema=True, ema_momentum=0.8, ema_overwrite_frequency=frequency)
+    expected_weight, expected_average = _keras(keras_optimizer, start)
+
+    model = ModelState(Hyperparameters(0.1, optimizer=optimizer, ema_momentum=0.8, ema_overwrite_frequency=frequency or 0))
+    model.initialize({"w": start.copy()})
+    for gradient in _gradients():
+        model.apply({"w": gradient.copy()})
+    np.testing.assert_allclose(model.slots["w"]["average"], expected_average, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(model.weights["w"], expected_weight, rtol=1e-6, atol=1e-7)
+    if frequency:
+        # Overwritten at update 6: the weight moved once since.
+        assert not np.allclose(model.weights["w"], model.slots["w"]["average"])
+
+
+def test_finalizing_puts_the_averages_in_place_as_keras_does_when_fit_ends() -> None:
+    start = np.zeros((2, 3), np.float32)
+    keras_optimizer = keras.optimizers.SGD(0.1, use_ema=True)
+    variable = keras.Variable(start)
+    for gradient in _gradients():
+        keras_optimizer.apply([keras.ops.convert_to_tensor(gradient)], [variable])
+    keras_optimizer.finalize_variable_values([variable])
+
+    model = ModelState(Hyperparameters(0.1, ema_momentum=0.99))
+    model.initialize({"w": start.copy()})
+    for gradient in _gradients():
+        model.apply({"w": gradient.copy()})
+    version = model.version
+    model.finalize_averages()
+    np.testing.assert_allclose(model.weights["w"], keras.ops.convert_to_numpy(variable), rtol=1e-6, atol=1e-7)
+    assert model.version == version + 1
+
+
+def test_without_use_ema_no_average_is_kept_and_finalizing_changes_nothing() -> None:
+    model = ModelState(Hyperparameters(0.1, momentum=0.9))
+    model.initialize({"w": np.zeros(3, np.float32)})
+    model.apply({"w": np.ones(3, np.float32)})
+    weight, version = model.weights["w"].copy(), model.version
+    model.finalize_averages()
+    assert set(model.slots["w"]) == {"momentum"}
+    np.testing.assert_array_equal(model.weights["w"], weight)
+    assert model.version == version
+
+
+def _coordinator_after_a_training(chosen: np.ndarray | None) -> GroupCoordinator:
+    rule = Hyperparameters(1.0, ema_momentum=0.5)
+    coordinator = GroupCoordinator(ModelState(rule))
+    coordinator.initialize({"w": np.zeros(3, np.float32)}, rule)
+    worker = coordinator.register()[0]
+    for step, value in enumerate([-1.0, -3.0], start=1):
+        coordinator.push(worker, step, coordinator.model.version, 1, {"w": np.full(3, value, np.float32)})
+    coordinator.request_stop()
+    if chosen is not None:
+        coordinator.set_weights({"w": chosen})
+    coordinator.deregister(worker)
+    return coordinator
+
+
+def test_a_training_ends_with_the_averages_or_with_the_weights_the_chief_set() -> None:
+    # Weights 1, then 4; averages 1, then 0.5 * 1 + 0.5 * 4.
+    averaged = _coordinator_after_a_training(None)
+    np.testing.assert_array_equal(averaged.model.weights["w"], np.full(3, 2.5, np.float32))
+    chosen = _coordinator_after_a_training(np.full(3, 7.0, np.float32))
+    np.testing.assert_array_equal(chosen.model.weights["w"], np.full(3, 7.0, np.float32))
+
+
+def test_the_averages_survive_a_checkpoint_and_the_rule_the_wire(tmp_path) -> None:
+    rule = Hyperparameters(0.1, ema_momentum=0.9, ema_overwrite_frequency=4)
+    assert Hyperparameters.from_proto(rule.to_proto()) == rule
+    coordinator = GroupCoordinator(ModelState(rule))
+    coordinator.initialize({"w": np.zeros(3, np.float32)}, rule)
+    worker = coordinator.register()[0]
+    for step in range(1, 4):
+        coordinator.push(worker, step, coordinator.model.version, 1, {"w": np.full(3, float(step), np.float32)})
+    checkpoints = CheckpointDirectory(tmp_path)
+    restored = checkpoints.load(checkpoints.save(coordinator.checkpoint_state()))
+    assert restored.hyperparameters == rule
+    np.testing.assert_array_equal(restored.slots["w"]["average"], coordinator.model.slots["w"]["average"])
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"ema_momentum": 1.5}, "ema_momentum must lie in"),
+        ({"ema_momentum": float("nan")}, "ema_momentum must lie in"),
+        ({"ema_overwrite_frequency": 5}, "positive with an ema_momentum"),
+        ({"ema_momentum": 0.9, "ema_overwrite_frequency": -1}, "ema_overwrite_frequency must be"),
+    ],
+)
+def test_a_malformed_moving_average_is_refused(settings: dict, message: str) -> None:
+    with pytest.raises(InvalidArgument, match=message):
+        Hyperparameters(**settings)
