@@ -484,6 +484,7 @@ class GroupCoordinator:
         if pushed_rate is not None:
             self._pushed_rate = pushed_rate
         rule = self._rule_in_force()
+        updates = self.model.updates
         magnitudes = _weighted_magnitudes(contributions, kept)
         if self.model.hyperparameters.compensate_asynchrony:
             share = self._compensation.share(sum(magnitudes.values()))
@@ -497,7 +498,8 @@ class GroupCoordinator:
         self._compensation.record(
             sum(c.example_count * age for c, age in zip(contributions, ages)) / examples, _weighted_loss(contributions)
         )
-        self._updates[group] += 1
+        # A step that only accumulated its gradients (Keras' gradient accumulation) is none.
+        self._updates[group] += self.model.updates - updates
         self._staleness[group][max(ages)] += 1
         return PushResult(self.model.version, group, len(contributions), iterations=self.model.iterations)
 

@@ -31,6 +31,10 @@ from omnikeras.parameter_server.server_state import Arrays, OptimizerState
 from omnikeras.parameter_server.update_rule import Hyperparameters
 from omnikeras.v1 import parameter_server_pb2 as pb
 
+# Each variable's state beside its optimizer's: Keras' moving average of the weight
+# (`use_ema`) and its accumulated gradients (`gradient_accumulation_steps`).
+_KEPT_BESIDE_THE_OPTIMIZER = frozenset({"average", "gradient_accumulator"})
+
 
 class ModelState:
     def __init__(self, hyperparameters: Hyperparameters) -> None:
@@ -41,8 +45,9 @@ class ModelState:
         self.slots: OptimizerState = {}
         self.specs: dict[str, tensors.VariableSpec] = {}
         self.version = 0
-        # Updates applied, as Keras' `optimizer.iterations` counts them: schedules and bias
-        # corrections read it. Unlike the version, a restored snapshot puts it back.
+        # Steps taken, as Keras' optimizer counts them: schedules read it, and bias
+        # corrections the updates it counts (`updates`). Unlike the version, a restored
+        # snapshot puts it back.
         self.iterations = 0
         self.apply_seconds_total = 0.0
         self._pull_cache: _EncodedWeights | None = None
@@ -73,6 +78,14 @@ class ModelState:
         self.slots = {}
         self._bounds = {}
         self.iterations = 0
+
+    @property
+    def updates(self) -> int:
+        """The updates applied: the iterations, or under gradient accumulation the steps
+        that updated (Keras' `optimizer.iterations`, which its optimizers' updates and
+        moving averages read, where its schedules read the steps)."""
+        steps = self.hyperparameters.gradient_accumulation_steps
+        return self.iterations // steps if steps else self.iterations
 
     @property
     def initialized(self) -> bool:
@@ -148,10 +161,18 @@ class ModelState:
         """
         started = time.perf_counter()
         rule = self.hyperparameters
+        steps = rule.gradient_accumulation_steps
+        if steps and (self.iterations + 1) % steps:
+            self._accumulate(gradients)
+            self.apply_seconds_total += time.perf_counter() - started
+            return
+        if steps:
+            gradients = self._with_accumulated(gradients, steps)
+            magnitudes = None
         step = Step(
             rule.learning_rate_at(self.iterations) if learning_rate is None else learning_rate,
             rule.momentum if momentum is None else momentum,
-            self.iterations,
+            self.updates,
         )
         if rule.rule.carries_bounds:
             self._apply_bounded(gradients, magnitudes, step)
@@ -160,6 +181,9 @@ class ModelState:
         if rule.overwrites_with_average(step.iteration):
             # The weights took their averages, which the carried bounds do not follow.
             self._bounds = {}
+        if steps:
+            for state in self.slots.values():
+                state.pop("gradient_accumulator", None)
         self.version += 1
         self.iterations += 1
         self.apply_seconds_total += time.perf_counter() - started
@@ -236,9 +260,9 @@ class ModelState:
         if weight_decay:
             apply_weight_decay(weight, step.learning_rate * weight_decay)
         optimizer = rule.optimizer_of(name)
-        slots = self.slots.get(name)
-        if slots is None:
-            slots = self.slots[name] = optimizer.slots(weight, step)
+        slots = self.slots.setdefault(name, {})
+        if not slots.keys() - _KEPT_BESIDE_THE_OPTIMIZER:
+            slots.update(optimizer.slots(weight, step))
         optimizer.update_in_place(weight, gradient, slots, step)
         self._follow_average(weight, slots, step.iteration)
         constraint = rule.constraints.get(name)
@@ -256,7 +280,9 @@ class ModelState:
                 weight, slots = weight + gradient, self.slots.get(name, {})
             else:
                 optimizer = rule.optimizer_of(name)
-                slots = self.slots.get(name) or optimizer.slots(weight, step)
+                slots = self.slots.get(name, {})
+                if not slots.keys() - _KEPT_BESIDE_THE_OPTIMIZER:
+                    slots = {**slots, **optimizer.slots(weight, step)}
                 weight_decay = rule.weight_decay_of(name)
                 if weight_decay:
                     weight = decayed(weight, step.learning_rate * weight_decay)
@@ -272,6 +298,51 @@ class ModelState:
             if not math.isfinite(tensors.abs_sum(array)):
                 raise NonFinite("update of", name)
         return weight, slots
+
+    def _accumulate(self, gradients: Mapping[str, np.ndarray]) -> None:
+        """A step of Keras' gradient accumulation that updates nothing: each gradient is
+        added to its variable's accumulated ones (its state "gradient_accumulator"),
+        while the statistics take their changes, and the average and the constraints
+        move as Keras moves them at every step; the iterations count the step. Raises
+        `NonFinite`, with nothing changed, where a statistic would hold NaN or Inf."""
+        rule = self.hyperparameters
+        self.add_statistics({name: gradient for name, gradient in gradients.items() if name in rule.statistics})
+        changed = rule.overwrites_with_average(self.updates) or bool(rule.constraints)
+        if changed:
+            self._finish_pulls()
+        for name, gradient in gradients.items():
+            if name in rule.statistics:
+                continue
+            slots = self.slots.setdefault(name, {})
+            accumulated = slots.get("gradient_accumulator")
+            if accumulated is None:
+                # A copy: the gradient's buffer is the server's again after this step.
+                slots["gradient_accumulator"] = gradient.copy()
+            else:
+                accumulated += gradient
+            weight = self.weights[name]
+            self._follow_average(weight, slots, self.updates)
+            constraint = rule.constraints.get(name)
+            if constraint is not None:
+                constraint.apply(weight)
+        if changed:
+            self._bounds = {}
+            self.version += 1
+        self.iterations += 1
+
+    def _with_accumulated(self, gradients: Mapping[str, np.ndarray], steps: int) -> dict[str, np.ndarray]:
+        """The gradients of an update under Keras' gradient accumulation: the mean of
+        those accumulated since the last update and these, in these gradients' buffers."""
+        statistics = self.hyperparameters.statistics
+        averaged = dict(gradients)
+        for name, gradient in averaged.items():
+            if name in statistics:
+                continue
+            accumulated = self.slots.get(name, {}).get("gradient_accumulator")
+            if accumulated is not None:
+                gradient += accumulated
+            gradient /= gradient.dtype.type(steps)
+        return averaged
 
     def _follow_average(self, weight: np.ndarray, slots: Slots, iteration: int) -> None:
         """Keras' `use_ema` after an update, in place: the weight's moving average (its

@@ -66,6 +66,9 @@ class Hyperparameters:
             each weight (`use_ema`); None where it keeps none.
         ema_overwrite_frequency: Keras' `ema_overwrite_frequency`: every so many updates
             each weight takes its average (0: only when a training ends).
+        gradient_accumulation_steps: Keras' `gradient_accumulation_steps`: the weights
+            are updated every so many group steps, with the mean of their gradients;
+            the steps between only accumulate them (0: every group step updates).
     """
 
     learning_rate: float = 0.01
@@ -82,6 +85,7 @@ class Hyperparameters:
     constraints: Mapping[str, Constraint] = field(default_factory=dict)
     ema_momentum: float | None = None
     ema_overwrite_frequency: int = 0
+    gradient_accumulation_steps: int = 0
     # The optimizer itself, built once per rule: Nadam keeps a running product.
     rule: Optimizer = field(init=False, repr=False, compare=False)
 
@@ -106,6 +110,8 @@ class Hyperparameters:
             raise InvalidArgument(
                 f"ema_overwrite_frequency must be 0, or positive with an ema_momentum, got {self.ema_overwrite_frequency}"
             )
+        if self.gradient_accumulation_steps < 0 or self.gradient_accumulation_steps == 1:
+            raise InvalidArgument(f"gradient_accumulation_steps must be 0 or 2 or more, got {self.gradient_accumulation_steps}")
         rule = optimizer_named(self.optimizer, self.settings)
         if rule.momentum_setting is None and self.momentum != 0:
             raise InvalidArgument(f"{self.optimizer} has no momentum-like setting: momentum must be 0, got {self.momentum}")
@@ -179,6 +185,7 @@ class Hyperparameters:
             {name: Constraint.from_proto(constraint) for name, constraint in message.constraints.items()},
             message.ema_momentum if message.use_ema else None,
             message.ema_overwrite_frequency,
+            message.gradient_accumulation_steps,
         )
 
     def to_proto(self) -> pb.Hyperparameters:
@@ -198,6 +205,7 @@ class Hyperparameters:
             use_ema=self.ema_momentum is not None,
             ema_momentum=self.ema_momentum or 0.0,
             ema_overwrite_frequency=self.ema_overwrite_frequency,
+            gradient_accumulation_steps=self.gradient_accumulation_steps,
         )
 
 

@@ -34,11 +34,13 @@
    begins no step (no callback's `on_train_batch_begin`) that would only find the data's
    end: callbacks see each epoch's steps as in plain Keras.
 8. `TFOptimizer.apply`: Keras applies each variable's constraint after the optimizer's
-   step, and with `use_ema` moves each weight's average. The server does both after its
-   update (see `parameter_server.constraints` and `ModelState`), so the worker leaves
-   them out of the step: applied again to the weights pulled, a constraint that moves a
-   weight only part of the way (MinMaxNorm with a rate below 1) would move it twice, and
-   the worker's averages would miss the other groups' updates.
+   step, with `use_ema` moves each weight's average, and with
+   `gradient_accumulation_steps` updates only every so many steps. The server does all
+   three (see `parameter_server.constraints` and `ModelState`), so the worker leaves them
+   out of the step: applied again to the weights pulled, a constraint that moves a weight
+   only part of the way (MinMaxNorm with a rate below 1) would move it twice, the
+   worker's averages would miss the other groups' updates, and a step that only
+   accumulated would push nothing (its exchange hands out the next batch).
 9. `TFOptimizer.finalize_variable_values`: with `use_ema`, Keras puts each weight's
    average in its place as `fit` ends. The server does, as the training ends, unless
    the chief set the final weights (a callback's choice, as in Keras, where it comes
@@ -172,15 +174,15 @@ def _apply(self: TFOptimizer, grads: list, trainable_variables: list | None = No
         return _original_apply(self, grads, trainable_variables)
     variables = getattr(self, "_trainable_variables", []) if trainable_variables is None else trainable_variables
     constrained = {id(v): (v, v.constraint) for v in variables if v.constraint is not None}
-    use_ema = self.use_ema
-    # Keras reads both as it traces the step: the step it traces has neither.
+    use_ema, accumulation_steps = self.use_ema, self.gradient_accumulation_steps
+    # Keras reads them as it traces the step: the step it traces has none of them.
     for variable, _ in constrained.values():
         variable.constraint = None
-    self.use_ema = False
+    self.use_ema, self.gradient_accumulation_steps = False, None
     try:
         return _original_apply(self, grads, trainable_variables)
     finally:
-        self.use_ema = use_ema
+        self.use_ema, self.gradient_accumulation_steps = use_ema, accumulation_steps
         for variable, constraint in constrained.values():
             variable.constraint = constraint
 

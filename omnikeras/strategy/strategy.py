@@ -33,14 +33,14 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
     of Keras' built-in schedules, which the server evaluates at its own iteration count,
     or a schedule of the user's own or a function, which each worker evaluates as Keras
     does at the servers' iteration count and pushes with its gradients), its
-    momentum-like setting, its weight decay, and the variables' built-in constraints
-    (`MaxNorm`, `NonNeg`, ...), applied after each update, and its moving average of the
-    weights (`use_ema`), which the model ends `fit` with. `LearningRateScheduler`,
-    `ReduceLROnPlateau` and callbacks of the user's own that set the learning rate, on
-    the chief, change the server's rate. Gradient clipping applies
+    momentum-like setting, its weight decay, its gradient accumulation and its moving
+    average of the weights (`use_ema`, which the model ends `fit` with); so are the
+    variables' built-in constraints (`MaxNorm`, `NonNeg`, ...), after each update.
+    `LearningRateScheduler`, `ReduceLROnPlateau` and callbacks of the user's own that set
+    the learning rate, on the chief, change the server's rate. Gradient clipping applies
     to each worker's gradients before its group combines them. Settings the server cannot
-    apply (gradient accumulation, a constraint of the user's own) raise an error when
-    `fit` starts.
+    apply (gradient accumulation with clipping, a constraint of the user's own) raise an
+    error when `fit` starts.
 
     Asynchrony adds momentum of its own (about 1 - 1/g with g groups), and stale gradients
     make large steps unstable. With more than one group the servers compensate, unless

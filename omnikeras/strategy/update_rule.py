@@ -6,6 +6,10 @@ A learning rate only TensorFlow can evaluate (a schedule of the user's own, or a
 given as a function) is evaluated by the worker, as Keras evaluates it, at the servers'
 iteration count, and goes to the server with each push (`rate_from_worker`).
 
+Gradient accumulation (`gradient_accumulation_steps`) is the server's: each worker pushes
+every step's gradients, and the server updates the weights every so many group steps with
+their mean (see `ModelState`).
+
 What stays on the worker: gradient clipping (`clipnorm`, `clipvalue`, `global_clipnorm`)
 and a `LossScaleOptimizer`'s scaling, which Keras applies to each worker's gradients
 before they are pushed (a group combines clipped, unscaled gradients, and skips its step
@@ -36,17 +40,21 @@ def server_update_rule(
     `statistics` (see `model_statistics`).
 
     Raises:
-        ValueError: For settings the server does not apply: gradient accumulation, a
-            constraint other than Keras' built-in ones, Muon's `rms_rate` of 0.
+        ValueError: For settings the server does not apply: gradient accumulation with
+            gradient clipping, a constraint other than Keras' built-in ones, Muon's
+            `rms_rate` of 0.
         TypeError: For an optimizer the server does not apply.
     """
     if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
         optimizer = optimizer.inner_optimizer
     server = _server_optimizer(optimizer)
-    unsupported = "is not supported under GroupedAsyncStrategy: the parameter server updates the weights, "
-    if optimizer.gradient_accumulation_steps:
+    clipping = {key: getattr(optimizer, key) for key in ("clipnorm", "clipvalue", "global_clipnorm")}
+    clipping = {key: value for key, value in clipping.items() if value is not None}
+    if optimizer.gradient_accumulation_steps and clipping:
         raise ValueError(
-            f"gradient_accumulation_steps {unsupported}one update per group step; raise the batch size instead"
+            f"gradient_accumulation_steps with gradient clipping ({clipping}) is not supported under "
+            "GroupedAsyncStrategy: Keras clips the accumulated mean, which only the parameter server sees, "
+            "and the server does not clip; leave out one of them"
         )
     weight_decay = float(optimizer.weight_decay or 0.0)
     from_workers = rate_from_worker(optimizer)
@@ -68,6 +76,7 @@ def server_update_rule(
         constraints={v.path: server_constraint(v) for v in variables if v.constraint is not None},
         ema_momentum=float(optimizer.ema_momentum) if optimizer.use_ema else None,
         ema_overwrite_frequency=int(optimizer.ema_overwrite_frequency or 0) if optimizer.use_ema else 0,
+        gradient_accumulation_steps=int(optimizer.gradient_accumulation_steps or 0),
     )
 
 
@@ -146,6 +155,15 @@ def rate_from_worker(optimizer: keras.optimizers.Optimizer) -> bool:
         name = type(rate).__name__
         return name not in FORMULAS or type(rate) is not getattr(keras.optimizers.schedules, name)
     return callable(rate) and not isinstance(rate, keras.Variable)
+
+
+def step_counter(optimizer: keras.optimizers.Optimizer) -> keras.Variable:
+    """The optimizer's count of steps, which its learning rate reads: Keras'
+    `optimizer.iterations`, except under gradient accumulation, where that counts the
+    updates only."""
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        optimizer = optimizer.inner_optimizer
+    return optimizer._iterations
 
 
 def learning_rate_of(optimizer: keras.optimizers.Optimizer) -> float:

@@ -19,7 +19,7 @@ from omnikeras.parameter_server.errors import Refusal, refusal_of
 from omnikeras.parameter_server.tensors import SUPPORTED_DTYPES
 from omnikeras.strategy import data
 from omnikeras.strategy.place import GroupPlace
-from omnikeras.strategy.update_rule import model_statistics, rate_from_worker, server_update_rule
+from omnikeras.strategy.update_rule import model_statistics, rate_from_worker, server_update_rule, step_counter
 
 logger = logging.getLogger(__name__)
 
@@ -201,7 +201,7 @@ class ClusterWorker:
         earlier_names = set(self.names)
         self.statistics = model_statistics(model)
         self.loss_tracker = getattr(model, "_loss_tracker", None)
-        self.server_iterations = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+        self.server_iterations = int(keras.ops.convert_to_numpy(step_counter(model.optimizer)))
         held = self._held(model)
         self.names = [v.path for v in held]
         # Keras' optimizer hands the strategy its variables' backend values.
@@ -237,7 +237,7 @@ class ClusterWorker:
             # The rate this worker evaluates follows the servers' count from the first step
             # (a chief resuming, a later fit, a worker joining late).
             self.server_iterations = self.client.describe().iterations
-            model.optimizer.iterations.assign(self.server_iterations)
+            step_counter(model.optimizer).assign(self.server_iterations)
         # A chief's first fit that found a model on the servers (resumed) takes theirs.
         self._share_frozen(model, put=self.config.is_chief and (bool(others) or earlier is not None))
 

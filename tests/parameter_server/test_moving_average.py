@@ -1,7 +1,8 @@
-"""Keras' `use_ema` on the server: each weight's moving average follows it as Keras'
-optimizer moves it, the weights take their averages every `ema_overwrite_frequency`
-updates and when a training ends (unless the chief set the final weights), and the
-averages are optimizer state like any other."""
+"""Keras' `use_ema` and `gradient_accumulation_steps` on the server: each weight's moving
+average follows it as Keras' optimizer moves it, the weights take their averages every
+`ema_overwrite_frequency` updates and when a training ends (unless the chief set the final
+weights), the weights are updated every so many steps with the mean of their gradients,
+and the averages and accumulated gradients are optimizer state like any other."""
 
 import keras
 import numpy as np
@@ -46,6 +47,45 @@ def test_the_average_and_its_overwrites_follow_keras(optimizer: str, frequency: 
     if frequency:
         # Overwritten at update 6: the weight moved once since.
         assert not np.allclose(model.weights["w"], model.slots["w"]["average"])
+
+
+@pytest.mark.parametrize("use_ema", [False, True], ids=["", "with a moving average"])
+@pytest.mark.parametrize("optimizer", ["SGD", "Adam", "Adagrad"])
+def test_accumulated_gradients_update_the_weights_as_keras_does(optimizer: str, use_ema: bool) -> None:
+    start = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
+    keras_optimizer = getattr(keras.optimizers, optimizer)(0.1, gradient_accumulation_steps=3, use_ema=use_ema, ema_overwrite_frequency=5 if use_ema else None)
+    variable = keras.Variable(start)
+    for gradient in _gradients():
+        keras_optimizer.apply([keras.ops.convert_to_tensor(gradient)], [variable])
+
+    # Adam's beta_1 is its momentum-like setting.
+    momentum = 0.9 if optimizer == "Adam" else 0.0
+    rule = Hyperparameters(0.1, momentum, optimizer=optimizer, gradient_accumulation_steps=3, ema_momentum=0.99 if use_ema else None, ema_overwrite_frequency=5 if use_ema else 0)
+    model = ModelState(rule)
+    model.initialize({"w": start.copy()})
+    versions = []
+    for gradient in _gradients():
+        model.apply({"w": gradient.copy()})
+        versions.append(model.version)
+    np.testing.assert_allclose(model.weights["w"], keras.ops.convert_to_numpy(variable), rtol=1e-6, atol=1e-7)
+    assert model.iterations == UPDATES
+    # Updated at steps 3 and 6; the seventh gradient waits in the accumulator.
+    np.testing.assert_array_equal(model.slots["w"]["gradient_accumulator"], _gradients()[-1])
+    if not use_ema:
+        assert versions == [0, 0, 1, 1, 1, 2, 2]
+
+
+def test_a_statistic_takes_its_change_at_every_step_of_an_accumulation() -> None:
+    model = ModelState(Hyperparameters(0.1, gradient_accumulation_steps=2, statistics=frozenset({"mean"})))
+    model.initialize({"w": np.zeros(2, np.float32), "mean": np.zeros(2, np.float32)})
+    model.apply({"w": np.ones(2, np.float32), "mean": np.full(2, 0.5, np.float32)})
+    np.testing.assert_array_equal(model.weights["mean"], np.full(2, 0.5, np.float32))
+    np.testing.assert_array_equal(model.weights["w"], np.zeros(2, np.float32))
+    model.apply({"w": np.full(2, 3.0, np.float32), "mean": np.full(2, 0.5, np.float32)})
+    np.testing.assert_array_equal(model.weights["mean"], np.ones(2, np.float32))
+    # The mean of the two gradients, 2, at a rate of 0.1.
+    np.testing.assert_allclose(model.weights["w"], np.full(2, -0.2, np.float32))
+    assert "gradient_accumulator" not in model.slots["w"]
 
 
 def test_finalizing_puts_the_averages_in_place_as_keras_does_when_fit_ends() -> None:
@@ -120,6 +160,7 @@ def test_the_averages_survive_a_checkpoint_and_the_rule_the_wire(tmp_path) -> No
         ({"ema_momentum": float("nan")}, "ema_momentum must lie in"),
         ({"ema_overwrite_frequency": 5}, "positive with an ema_momentum"),
         ({"ema_momentum": 0.9, "ema_overwrite_frequency": -1}, "ema_overwrite_frequency must be"),
+        ({"gradient_accumulation_steps": 1}, "gradient_accumulation_steps must be 0 or 2 or more"),
     ],
 )
 def test_a_malformed_moving_average_is_refused(settings: dict, message: str) -> None:

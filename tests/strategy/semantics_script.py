@@ -3,9 +3,10 @@ with plain Keras in this process, from the same first weights on the same full b
 and saves both: Keras semantics the server must keep.
 
 `--case schedule`: BatchNormalization, an ExponentialDecay schedule, weight decay that
-leaves the biases alone, a variable without a gradient placed first, and Keras' built-in
+leaves the biases alone, a variable without a gradient placed first, Keras' built-in
 constraints on the output's kernel and on batch normalization's scale (MinMaxNorm with a
-rate below 1, which moves a weight only part of the way).
+rate below 1, which moves a weight only part of the way), and gradients accumulated over
+2 steps.
 `--case callbacks`: a constant rate that LearningRateScheduler halves every 20 epochs,
 and a moving average of the weights (`use_ema`) that overwrites them every 50 updates and
 that the model ends with.
@@ -49,7 +50,7 @@ def build() -> keras.Model:
     ])
     if args.case == "schedule":
         rate = keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=20, decay_rate=0.5)
-        optimizer = keras.optimizers.SGD(rate, momentum=0.9, weight_decay=0.01)
+        optimizer = keras.optimizers.SGD(rate, momentum=0.9, weight_decay=0.01, gradient_accumulation_steps=2)
         optimizer.exclude_from_weight_decay(var_names=["bias"])
     else:
         optimizer = keras.optimizers.SGD(0.1, momentum=0.9, use_ema=True, ema_overwrite_frequency=50)

@@ -32,9 +32,10 @@ def _pairs(saved: dict[str, np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
     return [(saved[f"ours_{i}"], saved[f"plain_{i}"]) for i in range(count)]
 
 
-def test_schedule_weight_decay_constraints_and_batch_normalization_end_where_plain_keras_ends(tmp_path) -> None:
+def test_schedule_weight_decay_constraints_accumulation_and_batch_normalization_end_where_plain_keras_ends(tmp_path) -> None:
     saved = _train(tmp_path, "schedule")
-    assert saved["updates"] == 200
+    # 200 steps, accumulated 2 by 2.
+    assert saved["updates"] == 100
     for ours, plain in _pairs(saved):
         np.testing.assert_allclose(ours, plain, atol=1e-5)
     # The variable without a gradient neither moved nor decayed.

@@ -103,7 +103,12 @@ def test_a_rate_only_tensorflow_can_evaluate_is_left_to_the_workers(optimizer, r
 @pytest.mark.parametrize(
     "optimizer, constraint, error, message",
     [
-        (keras.optimizers.SGD(0.1, gradient_accumulation_steps=2), None, ValueError, "gradient_accumulation_steps"),
+        (
+            keras.optimizers.SGD(0.1, gradient_accumulation_steps=2, clipnorm=1.0),
+            None,
+            ValueError,
+            "gradient_accumulation_steps with gradient clipping \\({'clipnorm': 1.0}\\)",
+        ),
         (keras.optimizers.SGD(0.1), lambda w: w, ValueError, "kernel's constraint .* is not supported"),
         (keras.optimizers.Muon(rms_rate=0), None, ValueError, "rms_rate=0"),
     ],

@@ -128,6 +128,30 @@ def test_a_moving_average_of_the_weights_ends_fit_as_in_plain_keras(server, opti
     np.testing.assert_array_equal(model.slots[kernel]["average"], launched[0])
 
 
+@pytest.mark.parametrize(
+    "optimizer, steps",
+    [
+        (lambda: keras.optimizers.SGD(0.1, momentum=0.9, gradient_accumulation_steps=3), 3),
+        (
+            lambda: keras.optimizers.AdamW(
+                keras.optimizers.schedules.ExponentialDecay(0.05, 4, 0.5), weight_decay=0.05, gradient_accumulation_steps=2, use_ema=True
+            ),
+            2,
+        ),
+        (lambda: keras.optimizers.Adam(WarmUpCosine(0.05, 12, 4), gradient_accumulation_steps=2), 2),
+    ],
+    ids=["SGD", "AdamW with a schedule and a moving average", "Adam with a schedule of its own"],
+)
+def test_accumulated_gradients_train_through_the_server_as_in_plain_keras(server, optimizer, steps: int) -> None:
+    first, plain = _trained(None, optimizer)
+    _, launched = _trained(omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,))), optimizer)
+    for expected, got in zip(plain, launched, strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    assert not np.allclose(plain[0], first[0], atol=1e-3), "training changed the weights"
+    model = server.coordinator.model
+    assert (model.iterations, model.updates) == (EPOCHS * EXAMPLES // BATCH, EPOCHS * EXAMPLES // BATCH // steps)
+
+
 def test_a_constraint_of_the_users_own_is_refused_with_what_to_do(server) -> None:
     strategy = omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,)))
     with strategy.scope():
