@@ -36,7 +36,9 @@ class WorkerConfig:
         startup_timeout: Seconds to wait for all workers to join and for the chief to
             initialise the model. Defaults to 300.
         finish_timeout: Seconds to wait at the end of `fit` for the other workers to
-            finish, before pulling the final weights anyway. Defaults to 300.
+            finish, before pulling the final weights anyway, and, for a worker other
+            than the chief, at an epoch's start for the chief to begin its pass, before
+            beginning without it. Defaults to 300.
         shared_memory: Exchange gradients and weights with parameter servers on this host
             through shared memory. Defaults to True; False sends them over gRPC, as to a
             server on another host.

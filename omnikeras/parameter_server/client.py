@@ -97,12 +97,13 @@ class ParameterServerClient:
 
     # Membership ---------------------------------------------------------------------------
 
-    def register(self, group: int = -1, worker_id: int = 0) -> Registration:
-        """Joins the cluster (on every shard, under one id) and returns the worker's place."""
+    def register(self, group: int = -1, worker_id: int = 0, chief: bool = False) -> Registration:
+        """Joins the cluster (on every shard, under one id) and returns the worker's place;
+        a `chief` says so (see `Stats.chief_batch`)."""
         host = socket.gethostname()
         replies = []
         for shard in self.shards:
-            request = pb.RegisterRequest(worker_id=worker_id, group=group, host=host)
+            request = pb.RegisterRequest(worker_id=worker_id, group=group, host=host, chief=chief)
             reply = shard.call(lambda: shard.stub.Register(request, timeout=30, metadata=shard.metadata))
             worker_id, group = reply.worker_id, reply.group
             replies.append(reply)

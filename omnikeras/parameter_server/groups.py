@@ -81,6 +81,7 @@ class _GroupStep:
 class _Worker:
     group: int
     host: str
+    chief: bool = False
     last_step: int = -1
     # What its last push got: a retry of that push gets the same.
     last_result: PushResult | NonFinite | None = None
@@ -115,6 +116,7 @@ class GroupCoordinator:
         self._workers_dropped = 0
         self._stop_requested = False
         self._final_weights_set = False
+        self._chief_batch = -1
         # Trainings that ended (the last worker left), and the History the chief of the
         # last one handed over (`request_stop`); the one under way's, until it ends.
         self._trainings_ended = 0
@@ -152,7 +154,9 @@ class GroupCoordinator:
 
     # Membership ---------------------------------------------------------------------------
 
-    def register(self, worker_id: int = 0, group: int = -1, host: str = "") -> tuple[int, int]:
+    def register(self, worker_id: int = 0, group: int = -1, host: str = "", chief: bool = False) -> tuple[int, int]:
+        """Places a worker in a group (its own again where it re-registers); returns its id
+        and group. A `chief` registering starts `chief_batch` afresh (see `push`)."""
         with self._cond:
             if not 0 <= worker_id <= MAX_WORKER_ID:
                 raise InvalidArgument(f"worker_id must lie in [0, {MAX_WORKER_ID}], got {worker_id}")
@@ -172,7 +176,9 @@ class GroupCoordinator:
             if group == -1:
                 previous = self._assignment.get(worker_id, -1)
                 group = previous if 0 <= previous < self.num_groups else self._smallest_group()
-            self._workers[worker_id] = _Worker(group=group, host=host)
+            self._workers[worker_id] = _Worker(group=group, host=host, chief=chief)
+            if chief:
+                self._chief_batch = -1
             self._assignment[worker_id] = group
             self._dropped.discard(worker_id)
             if group in self._batch_of_group and group not in self._pending:
@@ -384,6 +390,9 @@ class GroupCoordinator:
                 gradients, example_count, computed_at, magnitudes, loss, skip_update, learning_rate
             )
             worker.last_step = step
+            if worker.chief and batch is not None:
+                # As it arrives: the others in the chief's group wait for it to begin a pass.
+                self._chief_batch = max(self._chief_batch, batch)
             if batch is not None and batch != self._batch(group)[0]:
                 try:
                     result = self._next(self._apply(group, [contribution]), group)
@@ -594,6 +603,7 @@ class GroupCoordinator:
             self.model.finalize_averages()
         self._final_weights_set = False
         self._stop_requested = False
+        self._chief_batch = -1
         self._trainings_ended += 1
         self._chief_history, self._history_under_way = self._history_under_way, ""
 
@@ -768,6 +778,8 @@ class GroupCoordinator:
                 mean_apply_seconds=self.model.apply_seconds_total / max(updates_applied, 1),
                 trainings_ended=self._trainings_ended,
                 chief_history=self._chief_history,
+                chief_batch=self._chief_batch,
+                stop_requested=self._stop_requested,
                 **self._compensation_stats(),
             )
         # The meter resolves its updates as it is read: off the lock that every update takes.

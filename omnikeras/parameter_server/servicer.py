@@ -89,7 +89,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
 
     @_status_on_error
     def Register(self, request: pb.RegisterRequest, context: grpc.ServicerContext) -> pb.RegisterReply:
-        worker_id, group = self.coordinator.register(request.worker_id, request.group, request.host)
+        worker_id, group = self.coordinator.register(request.worker_id, request.group, request.host, request.chief)
         model = self.coordinator.model
         logger.info("worker %d (%s) joined group %d", worker_id, shown(request.host or context.peer()), group)
         return pb.RegisterReply(

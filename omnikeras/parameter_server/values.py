@@ -157,6 +157,10 @@ class Stats:
     # one handed over, as JSON: `GroupCoordinator.request_stop`.
     trainings_ended: int = 0
     chief_history: str = ""
+    # The latest batch the chief pushed a gradient of (-1 for none), and whether it ended
+    # its training: `GroupCoordinator.push` and `request_stop`.
+    chief_batch: int = -1
+    stop_requested: bool = False
 
     @property
     def workers(self) -> int:
@@ -185,6 +189,8 @@ class Stats:
             reply.step_share,
             reply.trainings_ended,
             reply.chief_history_json,
+            reply.chief_batch,
+            reply.stop_requested,
         )
 
     def to_proto(self) -> pb.StatsReply:
@@ -208,6 +214,8 @@ class Stats:
             step_share=self.step_share,
             trainings_ended=self.trainings_ended,
             chief_history_json=self.chief_history,
+            chief_batch=self.chief_batch,
+            stop_requested=self.stop_requested,
         )
 
 

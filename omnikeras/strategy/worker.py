@@ -24,6 +24,7 @@ from omnikeras.strategy.update_rule import model_statistics, rate_from_worker, s
 logger = logging.getLogger(__name__)
 
 _POLL_SECONDS = 0.1
+_STILL_TRAINING = "other workers still train after %.0f s; taking the weights as they are"
 # Consecutive steps whose gradients the server refused as NaN or Inf before training
 # stops: a tuner restores sane weights long before that.
 MAX_REJECTED_STEPS = 10
@@ -116,6 +117,20 @@ class ClusterWorker:
         if self._batches_per_epoch is not None and self._share is not None and self._share.batch >= 0:
             self._epoch_pass = self._share.batch // self._batches_per_epoch
 
+    def wait_for_the_chief(self) -> None:
+        """Where epochs are passes over the data, a worker other than the chief begins an
+        epoch once the chief has read in its pass, or ended its training. The others then
+        wait while the chief starts up or validates at an epoch's end, rather than read
+        on into passes the fit did not ask for: the chief's epochs, whose History and
+        callbacks the user sees, are the passes over the data."""
+        if self.config.is_chief or self._batches_per_epoch is None or self._share is None or self._share.batch < 0:
+            return
+        first = self._epoch_pass * self._batches_per_epoch
+        self._wait_until(
+            lambda stats: stats.chief_batch >= first or stats.stop_requested,
+            f"the chief has not begun pass {self._epoch_pass} after %.0f s; beginning it without the chief",
+        )
+
     def epoch_over(self) -> bool:
         """Whether the share the next step would read lies past the epoch under way,
         where epochs are passes over the data: in a later pass, or past the data's end.
@@ -169,7 +184,7 @@ class ClusterWorker:
 
     def join(self, batch_size: int) -> GroupPlace:
         """Registers, waits for every worker to join, and takes this worker's place."""
-        self.client.register(worker_id=self.config.worker_id)
+        self.client.register(worker_id=self.config.worker_id, chief=self.config.is_chief)
         self.batch_size = batch_size
         deadline = time.monotonic() + self.config.startup_timeout
         while not self.config.rejoining and (joined := self.client.stats()[0].workers) < self.config.num_workers:
@@ -526,7 +541,7 @@ class ClusterWorker:
         computed on weights the server no longer has, is dropped."""
         seen = self.last_push.model_version if self.last_push is not None else 0
         server_restarted = bool(self.client.restarted_shards())
-        self.client.register(worker_id=self.config.worker_id)
+        self.client.register(worker_id=self.config.worker_id, chief=self.config.is_chief)
         pulled = self.client.pull(wait_for_model=self.config.startup_timeout)
         logger.warning(
             "worker %d: %s; registered again, carrying on from version %d",
@@ -616,22 +631,23 @@ class ClusterWorker:
         return [*model.trainable_variables, *self.statistics]
 
     def _wait_for_workers(self, at_most: int) -> None:
-        self._wait_until(lambda stats: stats.workers <= at_most)
+        self._wait_until(lambda stats: stats.workers <= at_most, _STILL_TRAINING)
 
     def _wait_for_end(self, ended: int) -> None:
         """Waits for the training this worker left to end: the last worker left, and the
         servers counted past `ended`. A next training may have begun since (a script's
         next `fit` on a worker that finished first): its workers do not count."""
-        self._wait_until(lambda stats: stats.trainings_ended != ended or not any(g.members for g in stats.groups))
+        self._wait_until(
+            lambda stats: stats.trainings_ended != ended or not any(g.members for g in stats.groups), _STILL_TRAINING
+        )
 
-    def _wait_until(self, done: Callable[[Stats], bool]) -> None:
+    def _wait_until(self, done: Callable[[Stats], bool], given_up: str) -> None:
+        """Polls the servers until `done`, for `finish_timeout` at most; then logs
+        `given_up` (with the seconds for its %.0f) and goes on."""
         deadline = time.monotonic() + self.config.finish_timeout
         while not done(self.client.stats()[0]):
             if time.monotonic() > deadline:
-                logger.warning(
-                    "other workers still train after %.0f s; taking the weights as they are",
-                    self.config.finish_timeout,
-                )
+                logger.warning(given_up, self.config.finish_timeout)
                 return
             time.sleep(_POLL_SECONDS)
 

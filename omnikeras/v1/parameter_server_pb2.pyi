@@ -107,14 +107,16 @@ class Hyperparameters(_message.Message):
     def __init__(self, learning_rate: _Optional[float] = ..., momentum: _Optional[float] = ..., nesterov: _Optional[bool] = ..., learning_rate_schedule: _Optional[_Union[LearningRateSchedule, _Mapping]] = ..., weight_decay: _Optional[float] = ..., no_weight_decay: _Optional[_Iterable[str]] = ..., statistics: _Optional[_Iterable[str]] = ..., compensate_asynchrony: _Optional[bool] = ..., optimizer: _Optional[str] = ..., settings: _Optional[_Mapping[str, float]] = ..., adamw_variables: _Optional[_Iterable[str]] = ..., learning_rate_from_workers: _Optional[bool] = ..., constraints: _Optional[_Mapping[str, Constraint]] = ..., use_ema: _Optional[bool] = ..., ema_momentum: _Optional[float] = ..., ema_overwrite_frequency: _Optional[int] = ..., gradient_accumulation_steps: _Optional[int] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("worker_id", "group", "host")
+    __slots__ = ("worker_id", "group", "host", "chief")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
+    CHIEF_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     group: int
     host: str
-    def __init__(self, worker_id: _Optional[int] = ..., group: _Optional[int] = ..., host: _Optional[str] = ...) -> None: ...
+    chief: bool
+    def __init__(self, worker_id: _Optional[int] = ..., group: _Optional[int] = ..., host: _Optional[str] = ..., chief: _Optional[bool] = ...) -> None: ...
 
 class RegisterReply(_message.Message):
     __slots__ = ("worker_id", "group", "num_groups", "model_version", "model_initialized", "hyperparameters", "server_id")
@@ -354,7 +356,7 @@ class GroupStats(_message.Message):
     def __init__(self, group: _Optional[int] = ..., members: _Optional[_Iterable[int]] = ..., updates_applied: _Optional[int] = ..., staleness_histogram: _Optional[_Mapping[int, int]] = ..., next_batch: _Optional[int] = ..., next_members: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class StatsReply(_message.Message):
-    __slots__ = ("model_version", "updates_applied", "pushes_received", "pushes_rejected_non_finite", "workers_dropped", "parameter_count", "parameter_bytes", "hyperparameters", "groups", "mean_apply_seconds", "uptime_seconds", "total_momentum", "momentum_in_force", "learning_rate_in_force", "implicit_momentum", "step_backoffs", "step_share", "chief_history_json", "trainings_ended")
+    __slots__ = ("model_version", "updates_applied", "pushes_received", "pushes_rejected_non_finite", "workers_dropped", "parameter_count", "parameter_bytes", "hyperparameters", "groups", "mean_apply_seconds", "uptime_seconds", "total_momentum", "momentum_in_force", "learning_rate_in_force", "implicit_momentum", "step_backoffs", "step_share", "chief_history_json", "trainings_ended", "chief_batch", "stop_requested")
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     UPDATES_APPLIED_FIELD_NUMBER: _ClassVar[int]
     PUSHES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
@@ -374,6 +376,8 @@ class StatsReply(_message.Message):
     STEP_SHARE_FIELD_NUMBER: _ClassVar[int]
     CHIEF_HISTORY_JSON_FIELD_NUMBER: _ClassVar[int]
     TRAININGS_ENDED_FIELD_NUMBER: _ClassVar[int]
+    CHIEF_BATCH_FIELD_NUMBER: _ClassVar[int]
+    STOP_REQUESTED_FIELD_NUMBER: _ClassVar[int]
     model_version: int
     updates_applied: int
     pushes_received: int
@@ -393,7 +397,9 @@ class StatsReply(_message.Message):
     step_share: float
     chief_history_json: str
     trainings_ended: int
-    def __init__(self, model_version: _Optional[int] = ..., updates_applied: _Optional[int] = ..., pushes_received: _Optional[int] = ..., pushes_rejected_non_finite: _Optional[int] = ..., workers_dropped: _Optional[int] = ..., parameter_count: _Optional[int] = ..., parameter_bytes: _Optional[int] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., groups: _Optional[_Iterable[_Union[GroupStats, _Mapping]]] = ..., mean_apply_seconds: _Optional[float] = ..., uptime_seconds: _Optional[float] = ..., total_momentum: _Optional[float] = ..., momentum_in_force: _Optional[float] = ..., learning_rate_in_force: _Optional[float] = ..., implicit_momentum: _Optional[float] = ..., step_backoffs: _Optional[int] = ..., step_share: _Optional[float] = ..., chief_history_json: _Optional[str] = ..., trainings_ended: _Optional[int] = ...) -> None: ...
+    chief_batch: int
+    stop_requested: bool
+    def __init__(self, model_version: _Optional[int] = ..., updates_applied: _Optional[int] = ..., pushes_received: _Optional[int] = ..., pushes_rejected_non_finite: _Optional[int] = ..., workers_dropped: _Optional[int] = ..., parameter_count: _Optional[int] = ..., parameter_bytes: _Optional[int] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., groups: _Optional[_Iterable[_Union[GroupStats, _Mapping]]] = ..., mean_apply_seconds: _Optional[float] = ..., uptime_seconds: _Optional[float] = ..., total_momentum: _Optional[float] = ..., momentum_in_force: _Optional[float] = ..., learning_rate_in_force: _Optional[float] = ..., implicit_momentum: _Optional[float] = ..., step_backoffs: _Optional[int] = ..., step_share: _Optional[float] = ..., chief_history_json: _Optional[str] = ..., trainings_ended: _Optional[int] = ..., chief_batch: _Optional[int] = ..., stop_requested: _Optional[bool] = ...) -> None: ...
 
 class SnapshotRequest(_message.Message):
     __slots__ = ("name",)

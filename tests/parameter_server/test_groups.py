@@ -482,3 +482,24 @@ def test_a_pushed_rate_that_is_not_finite_or_negative_is_refused(rate: float) ->
     # The refused push took no step: the worker pushes it again.
     coordinator.push(worker, 1, 0, 1, {"w": np.ones(3, np.float32)}, learning_rate=0.5)
     np.testing.assert_allclose(_weights(coordinator), np.full(3, -0.5))
+
+
+def test_the_stats_carry_the_chiefs_latest_batch_and_its_request_to_stop() -> None:
+    coordinator = _coordinator(num_groups=2)
+    chief, other = coordinator.register(chief=True)[0], coordinator.register()[0]
+    batch_of = {g.group: g.next_batch for g in coordinator.stats().groups}
+    group_of = {w: g.group for g in coordinator.stats().groups for w in g.members}
+    assert coordinator.stats().chief_batch == -1
+    _push_batch(coordinator, other, 1, batch_of[group_of[other]])
+    assert coordinator.stats().chief_batch == -1, "only the chief's pushes count"
+    _push_batch(coordinator, chief, 1, batch_of[group_of[chief]])
+    assert coordinator.stats().chief_batch == batch_of[group_of[chief]]
+    coordinator.request_stop()
+    assert coordinator.stats().stop_requested
+    # Registering again (a restarted chief) starts its count afresh.
+    coordinator.register(chief, chief=True)
+    assert coordinator.stats().chief_batch == -1
+    coordinator.deregister(chief)
+    coordinator.deregister(other)
+    stats = coordinator.stats()
+    assert (stats.chief_batch, stats.stop_requested, stats.trainings_ended) == (-1, False, 1)

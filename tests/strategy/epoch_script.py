@@ -5,11 +5,14 @@ groups stay.
 
 Each example's id is its first feature; the worker writes `{batch: [ids]}` to
 `--out/worker-<id>.json`, and the chief adds the epochs it ran and the layouts it saw.
+With `--slow-chief`, the chief takes its time as it starts and at each epoch's end, as a
+long tracing or validation would, and does not regroup.
 """
 
 import argparse
 import json
 import pathlib
+import time
 
 import keras
 import numpy as np
@@ -21,6 +24,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--out", required=True)
 parser.add_argument("--epochs", type=int, default=3)
 parser.add_argument("--input", choices=["arrays", "py_dataset", "generator"], default="arrays")
+parser.add_argument("--slow-chief", action="store_true")
 args = parser.parse_args()
 
 EXAMPLES, BATCH = 600, 20
@@ -68,6 +72,16 @@ class Regroup(keras.callbacks.Callback):
             worker.client.set_groups(num_groups=2)
 
 
+class Slow(keras.callbacks.Callback):
+    """Sleeps as training begins and at each epoch's end."""
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        time.sleep(2.0)
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        time.sleep(2.0)
+
+
 class Batches(keras.utils.PyDataset):
     """The examples in order, `BATCH` a batch."""
 
@@ -85,7 +99,9 @@ def three_passes():
             yield x[start : start + BATCH], y[start : start + BATCH]
 
 
-callbacks = [Regroup()] if worker.config.is_chief and args.input == "arrays" else []
+callbacks: list[keras.callbacks.Callback] = []
+if worker.config.is_chief and args.input == "arrays":
+    callbacks = [Slow()] if args.slow_chief else [Regroup()]
 if args.input == "arrays":
     history = model.fit(x, y, batch_size=BATCH, epochs=args.epochs, callbacks=callbacks, verbose=0)
 elif args.input == "py_dataset":
@@ -95,5 +111,6 @@ else:
 out = pathlib.Path(args.out)
 summary = {"read": read}
 if worker.config.is_chief:
-    summary.update(epochs=len(history.history["loss"]), layouts=[*(callbacks[0].layouts if callbacks else []), worker.place.num_groups])
+    layouts = callbacks[0].layouts if callbacks and isinstance(callbacks[0], Regroup) else []
+    summary.update(epochs=len(history.history["loss"]), layouts=[*layouts, worker.place.num_groups])
 (out / f"worker-{worker.config.worker_id}.json").write_text(json.dumps(summary))

@@ -53,6 +53,22 @@ def test_each_example_is_read_once_per_pass_across_a_regrouping(tmp_path) -> Non
             assert sorted(counts) == list(range(EXAMPLES)), f"pass {number}: examples missing"
 
 
+def test_the_others_wait_for_a_slow_chief_so_that_its_epochs_are_the_passes(tmp_path) -> None:
+    # The chief sleeps as it starts and at each epoch's end: the other groups, which would
+    # read on into passes the fit did not ask for, wait for it at each pass instead.
+    workers = _launch(tmp_path, "--epochs", "3", "--slow-chief")
+    chief = next(w for w in workers if "epochs" in w)
+    assert chief["epochs"] == 3
+    by_pass, batches_read = _passes(workers)
+    assert max(batches_read) < 3 * BATCHES_PER_PASS, f"passes read: {sorted(by_pass)}"
+    # As the chief stops, the last pass may have batches handed out that nobody read.
+    for number in range(3):
+        assert set(by_pass[number].values()) == {1}, f"pass {number}: read twice"
+        if number < 2:
+            assert sorted(by_pass[number]) == list(range(EXAMPLES)), f"pass {number}: examples missing"
+    assert all(len(w["read"]) > 0 for w in workers), "every worker trained"
+
+
 @pytest.mark.parametrize("source, epochs", [("py_dataset", 3), ("generator", 1)])
 def test_a_py_dataset_and_a_generator_are_read_once_per_pass_across_three_workers(tmp_path, source: str, epochs: int) -> None:
     # The PyDataset's epochs are its passes; the generator yields three passes and ends.
