@@ -169,6 +169,9 @@ class ModelState:
         if steps:
             gradients = self._with_accumulated(gradients, steps)
             magnitudes = None
+        if rule.clipping:
+            rule.clipping.apply({name: g for name, g in gradients.items() if name not in rule.statistics})
+            magnitudes = None
         step = Step(
             rule.learning_rate_at(self.iterations) if learning_rate is None else learning_rate,
             rule.momentum if momentum is None else momentum,

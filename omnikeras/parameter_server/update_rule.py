@@ -2,10 +2,14 @@
 with which settings, learning rate or schedule, and weight decay, so that a model trained
 through the server follows the trajectory of one trained by that Keras optimizer:
 
-    weight *= 1 - learning_rate * weight_decay      (Keras' decoupled weight decay, first)
-    the optimizer's update                          (SGD's, Adam's, ...)
-    average = ema_momentum * average + (1 - ema_momentum) * weight    (Keras' `use_ema`)
-    weight = constraint(weight)                     (the variable's, where it has one)
+    gradient = clip(gradient)                     (where the workers leave it to the server)
+    weight *= 1 - learning_rate * weight_decay    (Keras' decoupled weight decay)
+    the optimizer's update                        (SGD's, Adam's, ...)
+    average = ema_momentum * average + (1 - ema_momentum) * weight     (Keras' `use_ema`)
+    weight = constraint(weight)                   (the variable's, where it has one)
+
+(under gradient accumulation, the gradient is the mean of those accumulated since the last
+update; see `ModelState`)
 
 with the learning rate of the schedule at the server's iteration count when one is set,
 or the rate the workers push with their gradients where only they can evaluate it.
@@ -23,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from omnikeras.parameter_server.clipping import Clipping
 from omnikeras.parameter_server.constraints import Constraint
 from omnikeras.parameter_server.errors import InvalidArgument
 from omnikeras.parameter_server.optimizers import Optimizer, optimizer_named
@@ -69,6 +74,8 @@ class Hyperparameters:
         gradient_accumulation_steps: Keras' `gradient_accumulation_steps`: the weights
             are updated every so many group steps, with the mean of their gradients;
             the steps between only accumulate them (0: every group step updates).
+        clipping: Keras' gradient clipping of each update's gradients, where the workers
+            leave it to the server (under gradient accumulation: see `clipping`).
     """
 
     learning_rate: float = 0.01
@@ -86,6 +93,7 @@ class Hyperparameters:
     ema_momentum: float | None = None
     ema_overwrite_frequency: int = 0
     gradient_accumulation_steps: int = 0
+    clipping: Clipping = field(default_factory=Clipping)
     # The optimizer itself, built once per rule: Nadam keeps a running product.
     rule: Optimizer = field(init=False, repr=False, compare=False)
 
@@ -186,6 +194,7 @@ class Hyperparameters:
             message.ema_momentum if message.use_ema else None,
             message.ema_overwrite_frequency,
             message.gradient_accumulation_steps,
+            Clipping(message.clipnorm, message.global_clipnorm, message.clipvalue),
         )
 
     def to_proto(self) -> pb.Hyperparameters:
@@ -206,6 +215,9 @@ class Hyperparameters:
             ema_momentum=self.ema_momentum or 0.0,
             ema_overwrite_frequency=self.ema_overwrite_frequency,
             gradient_accumulation_steps=self.gradient_accumulation_steps,
+            clipnorm=self.clipping.clipnorm,
+            global_clipnorm=self.clipping.global_clipnorm,
+            clipvalue=self.clipping.clipvalue,
         )
 
 

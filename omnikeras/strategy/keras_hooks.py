@@ -40,7 +40,8 @@
    out of the step: applied again to the weights pulled, a constraint that moves a weight
    only part of the way (MinMaxNorm with a rate below 1) would move it twice, the
    worker's averages would miss the other groups' updates, and a step that only
-   accumulated would push nothing (its exchange hands out the next batch).
+   accumulated would push nothing (its exchange hands out the next batch); under
+   accumulation the server clips the gradients too (the mean Keras clips is its).
 9. `TFOptimizer.finalize_variable_values`: with `use_ema`, Keras puts each weight's
    average in its place as `fit` ends. The server does, as the training ends, unless
    the chief set the final weights (a callback's choice, as in Keras, where it comes
@@ -174,15 +175,20 @@ def _apply(self: TFOptimizer, grads: list, trainable_variables: list | None = No
         return _original_apply(self, grads, trainable_variables)
     variables = getattr(self, "_trainable_variables", []) if trainable_variables is None else trainable_variables
     constrained = {id(v): (v, v.constraint) for v in variables if v.constraint is not None}
-    use_ema, accumulation_steps = self.use_ema, self.gradient_accumulation_steps
+    left_to_the_server = ["use_ema", "gradient_accumulation_steps"]
+    if self.gradient_accumulation_steps:
+        left_to_the_server += ["clipnorm", "global_clipnorm", "clipvalue"]
+    settings = {name: getattr(self, name) for name in left_to_the_server}
     # Keras reads them as it traces the step: the step it traces has none of them.
     for variable, _ in constrained.values():
         variable.constraint = None
-    self.use_ema, self.gradient_accumulation_steps = False, None
+    for name in left_to_the_server:
+        setattr(self, name, None)
     try:
         return _original_apply(self, grads, trainable_variables)
     finally:
-        self.use_ema, self.gradient_accumulation_steps = use_ema, accumulation_steps
+        for name, value in settings.items():
+            setattr(self, name, value)
         for variable, constraint in constrained.values():
             variable.constraint = constraint
 

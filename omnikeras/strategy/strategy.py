@@ -38,9 +38,9 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
     variables' built-in constraints (`MaxNorm`, `NonNeg`, ...), after each update.
     `LearningRateScheduler`, `ReduceLROnPlateau` and callbacks of the user's own that set
     the learning rate, on the chief, change the server's rate. Gradient clipping applies
-    to each worker's gradients before its group combines them. Settings the server cannot
-    apply (gradient accumulation with clipping, a constraint of the user's own) raise an
-    error when `fit` starts.
+    to each worker's gradients before its group combines them (under gradient
+    accumulation, the server clips their mean). A constraint of the user's own, which the
+    server cannot apply, raises an error when `fit` starts.
 
     Asynchrony adds momentum of its own (about 1 - 1/g with g groups), and stale gradients
     make large steps unstable. With more than one group the servers compensate, unless

@@ -8,9 +8,10 @@ iteration count, and goes to the server with each push (`rate_from_worker`).
 
 Gradient accumulation (`gradient_accumulation_steps`) is the server's: each worker pushes
 every step's gradients, and the server updates the weights every so many group steps with
-their mean (see `ModelState`).
+their mean (see `ModelState`), which it clips as Keras does.
 
-What stays on the worker: gradient clipping (`clipnorm`, `clipvalue`, `global_clipnorm`)
+What stays on the worker without gradient accumulation: gradient clipping (`clipnorm`,
+`clipvalue`, `global_clipnorm`)
 and a `LossScaleOptimizer`'s scaling, which Keras applies to each worker's gradients
 before they are pushed (a group combines clipped, unscaled gradients, and skips its step
 where a member's overflowed: see `keras_hooks`); the optimizer it wraps runs on the server.
@@ -21,6 +22,7 @@ from collections.abc import Sequence
 import keras
 
 from omnikeras.parameter_server import Hyperparameters
+from omnikeras.parameter_server.clipping import Clipping
 from omnikeras.parameter_server.constraints import SETTINGS, Constraint
 from omnikeras.parameter_server.optimizers import OPTIMIZERS, Optimizer
 from omnikeras.parameter_server.optimizers.muon import Muon
@@ -40,22 +42,13 @@ def server_update_rule(
     `statistics` (see `model_statistics`).
 
     Raises:
-        ValueError: For settings the server does not apply: gradient accumulation with
-            gradient clipping, a constraint other than Keras' built-in ones, Muon's
-            `rms_rate` of 0.
+        ValueError: For settings the server does not apply: a constraint other than
+            Keras' built-in ones, Muon's `rms_rate` of 0.
         TypeError: For an optimizer the server does not apply.
     """
     if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
         optimizer = optimizer.inner_optimizer
     server = _server_optimizer(optimizer)
-    clipping = {key: getattr(optimizer, key) for key in ("clipnorm", "clipvalue", "global_clipnorm")}
-    clipping = {key: value for key, value in clipping.items() if value is not None}
-    if optimizer.gradient_accumulation_steps and clipping:
-        raise ValueError(
-            f"gradient_accumulation_steps with gradient clipping ({clipping}) is not supported under "
-            "GroupedAsyncStrategy: Keras clips the accumulated mean, which only the parameter server sees, "
-            "and the server does not clip; leave out one of them"
-        )
     weight_decay = float(optimizer.weight_decay or 0.0)
     from_workers = rate_from_worker(optimizer)
     settings = {key: _setting(optimizer, key) for key in server.defaults}
@@ -77,6 +70,8 @@ def server_update_rule(
         ema_momentum=float(optimizer.ema_momentum) if optimizer.use_ema else None,
         ema_overwrite_frequency=int(optimizer.ema_overwrite_frequency or 0) if optimizer.use_ema else 0,
         gradient_accumulation_steps=int(optimizer.gradient_accumulation_steps or 0),
+        # Keras clips the accumulated mean, which only the server sees.
+        clipping=server_clipping(optimizer) if optimizer.gradient_accumulation_steps else Clipping(),
     )
 
 
@@ -99,6 +94,13 @@ def server_constraint(variable: keras.Variable) -> Constraint:
     if name != "NonNeg":
         config["epsilon"] = keras.backend.epsilon()
     return Constraint(name, config)
+
+
+def server_clipping(optimizer: keras.optimizers.Optimizer) -> Clipping:
+    """The optimizer's gradient clipping, for the server to apply."""
+    return Clipping(
+        float(optimizer.clipnorm or 0.0), float(optimizer.global_clipnorm or 0.0), float(optimizer.clipvalue or 0.0)
+    )
 
 
 def _setting(optimizer: keras.optimizers.Optimizer, key: str) -> float:

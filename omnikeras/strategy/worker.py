@@ -223,6 +223,12 @@ class ClusterWorker:
         self._paths = {id(v.value): v.path for v in held}
         self.shapes = {v.path: (tuple(v.shape), np.dtype(v.dtype)) for v in held}
         rule = server_update_rule(model.optimizer, model.trainable_variables, self.statistics)
+        clipping = rule.clipping
+        if clipping.global_clipnorm and not clipping.clipnorm and len(self.client.shards) > 1:
+            raise ValueError(
+                "global_clipnorm with gradient_accumulation_steps needs the norm of every gradient, which no "
+                f"one of the {len(self.client.shards)} parameter server shards holds: use clipnorm, or one shard"
+            )
         earlier, self._optimizer = self._optimizer, model.optimizer
         fresh_optimizer = model.optimizer is not earlier
         if not fresh_optimizer:

@@ -55,7 +55,7 @@ class Constraint(_message.Message):
     def __init__(self, name: _Optional[str] = ..., config_json: _Optional[str] = ...) -> None: ...
 
 class Hyperparameters(_message.Message):
-    __slots__ = ("learning_rate", "momentum", "nesterov", "learning_rate_schedule", "weight_decay", "no_weight_decay", "statistics", "compensate_asynchrony", "optimizer", "settings", "adamw_variables", "learning_rate_from_workers", "constraints", "use_ema", "ema_momentum", "ema_overwrite_frequency", "gradient_accumulation_steps")
+    __slots__ = ("learning_rate", "momentum", "nesterov", "learning_rate_schedule", "weight_decay", "no_weight_decay", "statistics", "compensate_asynchrony", "optimizer", "settings", "adamw_variables", "learning_rate_from_workers", "constraints", "use_ema", "ema_momentum", "ema_overwrite_frequency", "gradient_accumulation_steps", "clipnorm", "global_clipnorm", "clipvalue")
     class SettingsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -87,6 +87,9 @@ class Hyperparameters(_message.Message):
     EMA_MOMENTUM_FIELD_NUMBER: _ClassVar[int]
     EMA_OVERWRITE_FREQUENCY_FIELD_NUMBER: _ClassVar[int]
     GRADIENT_ACCUMULATION_STEPS_FIELD_NUMBER: _ClassVar[int]
+    CLIPNORM_FIELD_NUMBER: _ClassVar[int]
+    GLOBAL_CLIPNORM_FIELD_NUMBER: _ClassVar[int]
+    CLIPVALUE_FIELD_NUMBER: _ClassVar[int]
     learning_rate: float
     momentum: float
     nesterov: bool
@@ -104,7 +107,10 @@ class Hyperparameters(_message.Message):
     ema_momentum: float
     ema_overwrite_frequency: int
     gradient_accumulation_steps: int
-    def __init__(self, learning_rate: _Optional[float] = ..., momentum: _Optional[float] = ..., nesterov: _Optional[bool] = ..., learning_rate_schedule: _Optional[_Union[LearningRateSchedule, _Mapping]] = ..., weight_decay: _Optional[float] = ..., no_weight_decay: _Optional[_Iterable[str]] = ..., statistics: _Optional[_Iterable[str]] = ..., compensate_asynchrony: _Optional[bool] = ..., optimizer: _Optional[str] = ..., settings: _Optional[_Mapping[str, float]] = ..., adamw_variables: _Optional[_Iterable[str]] = ..., learning_rate_from_workers: _Optional[bool] = ..., constraints: _Optional[_Mapping[str, Constraint]] = ..., use_ema: _Optional[bool] = ..., ema_momentum: _Optional[float] = ..., ema_overwrite_frequency: _Optional[int] = ..., gradient_accumulation_steps: _Optional[int] = ...) -> None: ...
+    clipnorm: float
+    global_clipnorm: float
+    clipvalue: float
+    def __init__(self, learning_rate: _Optional[float] = ..., momentum: _Optional[float] = ..., nesterov: _Optional[bool] = ..., learning_rate_schedule: _Optional[_Union[LearningRateSchedule, _Mapping]] = ..., weight_decay: _Optional[float] = ..., no_weight_decay: _Optional[_Iterable[str]] = ..., statistics: _Optional[_Iterable[str]] = ..., compensate_asynchrony: _Optional[bool] = ..., optimizer: _Optional[str] = ..., settings: _Optional[_Mapping[str, float]] = ..., adamw_variables: _Optional[_Iterable[str]] = ..., learning_rate_from_workers: _Optional[bool] = ..., constraints: _Optional[_Mapping[str, Constraint]] = ..., use_ema: _Optional[bool] = ..., ema_momentum: _Optional[float] = ..., ema_overwrite_frequency: _Optional[int] = ..., gradient_accumulation_steps: _Optional[int] = ..., clipnorm: _Optional[float] = ..., global_clipnorm: _Optional[float] = ..., clipvalue: _Optional[float] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
     __slots__ = ("worker_id", "group", "host", "chief")

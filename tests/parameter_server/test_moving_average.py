@@ -1,7 +1,8 @@
 """Keras' `use_ema` and `gradient_accumulation_steps` on the server: each weight's moving
 average follows it as Keras' optimizer moves it, the weights take their averages every
 `ema_overwrite_frequency` updates and when a training ends (unless the chief set the final
-weights), the weights are updated every so many steps with the mean of their gradients,
+weights), the weights are updated every so many steps with the mean of their gradients, clipped as Keras
+clips it,
 and the averages and accumulated gradients are optimizer state like any other."""
 
 import keras
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 
 from omnikeras.parameter_server.checkpoints import CheckpointDirectory
+from omnikeras.parameter_server.clipping import Clipping
 from omnikeras.parameter_server.errors import InvalidArgument
 from omnikeras.parameter_server.groups import GroupCoordinator
 from omnikeras.parameter_server.model_state import ModelState
@@ -166,3 +168,33 @@ def test_the_averages_survive_a_checkpoint_and_the_rule_the_wire(tmp_path) -> No
 def test_a_malformed_moving_average_is_refused(settings: dict, message: str) -> None:
     with pytest.raises(InvalidArgument, match=message):
         Hyperparameters(**settings)
+
+
+@pytest.mark.parametrize(
+    "clipping",
+    [{"clipnorm": 0.5}, {"global_clipnorm": 0.7}, {"clipvalue": 0.2}],
+    ids=["clipnorm", "global_clipnorm", "clipvalue"],
+)
+def test_the_accumulated_mean_is_clipped_as_keras_clips_it(clipping: dict) -> None:
+    start = {"w": np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3), "b": np.zeros(3, np.float32)}
+    gradients = [(g, g[0] * 3) for g in _gradients()]
+    keras_optimizer = keras.optimizers.Adam(0.1, gradient_accumulation_steps=2, **clipping)
+    variables = [keras.Variable(start["w"]), keras.Variable(start["b"])]
+    for gradient, bias in gradients:
+        keras_optimizer.apply([keras.ops.convert_to_tensor(gradient), keras.ops.convert_to_tensor(bias)], variables)
+
+    model = ModelState(Hyperparameters(0.1, 0.9, optimizer="Adam", gradient_accumulation_steps=2, clipping=Clipping(**clipping)))
+    model.initialize({name: weight.copy() for name, weight in start.items()})
+    for gradient, bias in gradients:
+        model.apply({"w": gradient.copy(), "b": bias.copy()})
+    for name, variable in zip(["w", "b"], variables):
+        np.testing.assert_allclose(model.weights[name], keras.ops.convert_to_numpy(variable), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [({"clipnorm": -1.0}, "clipnorm must be finite"), ({"clipnorm": 1.0, "clipvalue": 0.5}, "only one of")],
+)
+def test_malformed_clipping_is_refused(settings: dict, message: str) -> None:
+    with pytest.raises(InvalidArgument, match=message):
+        Clipping(**settings)

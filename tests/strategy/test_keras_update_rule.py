@@ -5,6 +5,7 @@ from typing import Any
 import keras
 import pytest
 
+from omnikeras.parameter_server.clipping import Clipping
 from omnikeras.parameter_server.constraints import Constraint
 from omnikeras.parameter_server.schedules import LearningRateSchedule
 from omnikeras.strategy.fit import _check_one_learning_rate_owner, _may_set_the_rate_between_steps
@@ -103,12 +104,6 @@ def test_a_rate_only_tensorflow_can_evaluate_is_left_to_the_workers(optimizer, r
 @pytest.mark.parametrize(
     "optimizer, constraint, error, message",
     [
-        (
-            keras.optimizers.SGD(0.1, gradient_accumulation_steps=2, clipnorm=1.0),
-            None,
-            ValueError,
-            "gradient_accumulation_steps with gradient clipping \\({'clipnorm': 1.0}\\)",
-        ),
         (keras.optimizers.SGD(0.1), lambda w: w, ValueError, "kernel's constraint .* is not supported"),
         (keras.optimizers.Muon(rms_rate=0), None, ValueError, "rms_rate=0"),
     ],
@@ -139,6 +134,15 @@ def test_a_moving_average_of_the_weights_reaches_the_server() -> None:
     plain = _model(keras.optimizers.Adam(ema_overwrite_frequency=10))
     rule = server_update_rule(plain.optimizer, plain.trainable_variables)
     assert (rule.ema_momentum, rule.ema_overwrite_frequency) == (None, 0)
+
+
+def test_the_server_clips_the_gradients_only_where_they_accumulate() -> None:
+    accumulated = _model(keras.optimizers.SGD(0.1, gradient_accumulation_steps=4, global_clipnorm=2.0))
+    rule = server_update_rule(accumulated.optimizer, accumulated.trainable_variables)
+    assert (rule.gradient_accumulation_steps, rule.clipping) == (4, Clipping(global_clipnorm=2.0))
+    # Without accumulation each worker clips its own gradients, as each replica does.
+    clipped = _model(keras.optimizers.SGD(0.1, global_clipnorm=2.0))
+    assert not server_update_rule(clipped.optimizer, clipped.trainable_variables).clipping
 
 
 def test_the_tuner_owns_the_learning_rate() -> None:

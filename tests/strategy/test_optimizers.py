@@ -139,8 +139,16 @@ def test_a_moving_average_of_the_weights_ends_fit_as_in_plain_keras(server, opti
             2,
         ),
         (lambda: keras.optimizers.Adam(WarmUpCosine(0.05, 12, 4), gradient_accumulation_steps=2), 2),
+        (lambda: keras.optimizers.SGD(0.1, momentum=0.9, gradient_accumulation_steps=3, clipnorm=0.05), 3),
+        (lambda: keras.optimizers.Adam(0.05, gradient_accumulation_steps=2, global_clipnorm=0.1), 2),
     ],
-    ids=["SGD", "AdamW with a schedule and a moving average", "Adam with a schedule of its own"],
+    ids=[
+        "SGD",
+        "AdamW with a schedule and a moving average",
+        "Adam with a schedule of its own",
+        "SGD clipped by norm",
+        "Adam clipped by global norm",
+    ],
 )
 def test_accumulated_gradients_train_through_the_server_as_in_plain_keras(server, optimizer, steps: int) -> None:
     first, plain = _trained(None, optimizer)
@@ -150,6 +158,20 @@ def test_accumulated_gradients_train_through_the_server_as_in_plain_keras(server
     assert not np.allclose(plain[0], first[0], atol=1e-3), "training changed the weights"
     model = server.coordinator.model
     assert (model.iterations, model.updates) == (EPOCHS * EXAMPLES // BATCH, EPOCHS * EXAMPLES // BATCH // steps)
+
+
+def test_a_global_norm_of_accumulated_gradients_over_shards_is_refused_with_what_to_do(server) -> None:
+    other = omnikeras.ParameterServer()
+    other.start()
+    try:
+        strategy = omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address, other.address)))
+        with strategy.scope():
+            model = _model()
+            model.compile(keras.optimizers.SGD(0.1, gradient_accumulation_steps=2, global_clipnorm=1.0), "sparse_categorical_crossentropy")
+        with pytest.raises(ValueError, match="global_clipnorm .* 2 parameter server shards .* use clipnorm, or one shard"):
+            model.fit(*_data(), batch_size=BATCH, epochs=1, verbose=0)
+    finally:
+        other.stop()
 
 
 def test_a_constraint_of_the_users_own_is_refused_with_what_to_do(server) -> None:
