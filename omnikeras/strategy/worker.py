@@ -122,14 +122,22 @@ class ClusterWorker:
         epoch once the chief has read in its pass, or ended its training. The others then
         wait while the chief starts up or validates at an epoch's end, rather than read
         on into passes the fit did not ask for: the chief's epochs, whose History and
-        callbacks the user sees, are the passes over the data."""
+        callbacks the user sees, are the passes over the data. Where the chief ended its
+        training first, this worker's pass lies past the fit's: it stops, pushing nothing
+        more."""
         if self.config.is_chief or self._batches_per_epoch is None or self._share is None or self._share.batch < 0:
             return
         first = self._epoch_pass * self._batches_per_epoch
-        self._wait_until(
+        stats = self._wait_until(
             lambda stats: stats.chief_batch >= first or stats.stop_requested,
             f"the chief has not begun pass {self._epoch_pass} after %.0f s; beginning it without the chief",
         )
+        if stats is not None and stats.chief_batch < first:
+            self._training_over = True
+        elif self._optimizer is not None and rate_from_worker(self._optimizer):
+            # The rate of its next step follows the updates made while it waited.
+            self.server_iterations = self.client.describe().iterations
+            step_counter(self._optimizer).assign(self.server_iterations)
 
     def epoch_over(self) -> bool:
         """Whether the share the next step would read lies past the epoch under way,
@@ -647,15 +655,17 @@ class ClusterWorker:
             lambda stats: stats.trainings_ended != ended or not any(g.members for g in stats.groups), _STILL_TRAINING
         )
 
-    def _wait_until(self, done: Callable[[Stats], bool], given_up: str) -> None:
-        """Polls the servers until `done`, for `finish_timeout` at most; then logs
-        `given_up` (with the seconds for its %.0f) and goes on."""
+    def _wait_until(self, done: Callable[[Stats], bool], given_up: str) -> Stats | None:
+        """Polls the servers until `done`, and returns the stats that were; after
+        `finish_timeout`, logs `given_up` (with the seconds for its %.0f) and returns
+        None."""
         deadline = time.monotonic() + self.config.finish_timeout
-        while not done(self.client.stats()[0]):
+        while not done(stats := self.client.stats()[0]):
             if time.monotonic() > deadline:
                 logger.warning(given_up, self.config.finish_timeout)
-                return
+                return None
             time.sleep(_POLL_SECONDS)
+        return stats
 
     def assign(self, model: keras.Model, weights: dict[str, np.ndarray]) -> None:
         for variable in self._held(model):
