@@ -47,7 +47,7 @@ class ClusterSync(keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         self.worker.begin_epoch()
-        self.worker.wait_for_the_chief()
+        self.worker.wait_for_the_chief(self.model)
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         if self.worker.stop_requested:

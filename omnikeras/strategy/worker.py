@@ -117,27 +117,35 @@ class ClusterWorker:
         if self._batches_per_epoch is not None and self._share is not None and self._share.batch >= 0:
             self._epoch_pass = self._share.batch // self._batches_per_epoch
 
-    def wait_for_the_chief(self) -> None:
+    def wait_for_the_chief(self, model: keras.Model) -> None:
         """Where epochs are passes over the data, a worker other than the chief begins an
         epoch once the chief has read in its pass, or ended its training. The others then
         wait while the chief starts up or validates at an epoch's end, rather than read
         on into passes the fit did not ask for: the chief's epochs, whose History and
-        callbacks the user sees, are the passes over the data. Where the chief ended its
-        training first, this worker's pass lies past the fit's: it stops, pushing nothing
-        more."""
+        callbacks the user sees, are the passes over the data. After a wait, the worker
+        takes the weights (and the servers' count, where it evaluates the learning rate)
+        as the others' updates left them meanwhile; where the chief ended its training
+        first, this worker's pass lies past the fit's: it stops, pushing nothing more."""
         if self.config.is_chief or self._batches_per_epoch is None or self._share is None or self._share.batch < 0:
             return
         first = self._epoch_pass * self._batches_per_epoch
+
+        def begun(stats: Stats) -> bool:
+            return stats.chief_batch >= first or stats.stop_requested
+
+        if begun(self.client.stats()[0]):
+            return
         stats = self._wait_until(
-            lambda stats: stats.chief_batch >= first or stats.stop_requested,
-            f"the chief has not begun pass {self._epoch_pass} after %.0f s; beginning it without the chief",
+            begun, f"the chief has not begun pass {self._epoch_pass} after %.0f s; beginning it without the chief"
         )
         if stats is not None and stats.chief_batch < first:
             self._training_over = True
-        elif self._optimizer is not None and rate_from_worker(self._optimizer):
-            # The rate of its next step follows the updates made while it waited.
+            return
+        # Its next gradient would be computed on weights as stale as the wait was long.
+        self.assign(model, self.client.pull().weights)
+        if rate_from_worker(model.optimizer):
             self.server_iterations = self.client.describe().iterations
-            step_counter(self._optimizer).assign(self.server_iterations)
+            step_counter(model.optimizer).assign(self.server_iterations)
 
     def epoch_over(self) -> bool:
         """Whether the share the next step would read lies past the epoch under way,
