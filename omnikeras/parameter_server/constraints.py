@@ -26,7 +26,6 @@ worker's epsilon added for the norm constraints.
            [0.8, 1. ]], dtype=float32)
 """
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from omnikeras.parameter_server.errors import InvalidArgument
+from omnikeras.parameter_server.keras_config import config_from_json, config_json
 from omnikeras.v1 import parameter_server_pb2 as pb
 
 # Each constraint's settings besides `epsilon`, as its `get_config()` names them.
@@ -136,13 +136,7 @@ class Constraint:
 
     @classmethod
     def from_proto(cls, message: pb.Constraint) -> "Constraint":
-        try:
-            config = json.loads(message.config_json)
-        except json.JSONDecodeError as error:
-            raise InvalidArgument(f"constraint configuration is not JSON: {error}") from None
-        if not isinstance(config, dict):
-            raise InvalidArgument("constraint configuration must be a JSON object")
-        return cls(message.name, config)
+        return cls(message.name, config_from_json(message.config_json, "constraint"))
 
     def to_proto(self) -> pb.Constraint:
-        return pb.Constraint(name=self.name, config_json=json.dumps(dict(self.config), sort_keys=True))
+        return pb.Constraint(name=self.name, config_json=config_json(self.config))

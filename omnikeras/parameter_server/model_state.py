@@ -263,14 +263,9 @@ class ModelState:
         if weight_decay:
             apply_weight_decay(weight, step.learning_rate * weight_decay)
         optimizer = rule.optimizer_of(name)
-        slots = self.slots.setdefault(name, {})
-        if not slots.keys() - _KEPT_BESIDE_THE_OPTIMIZER:
-            slots.update(optimizer.slots(weight, step))
+        slots = self.slots[name] = self._started_state(name, weight, step)
         optimizer.update_in_place(weight, gradient, slots, step)
-        self._follow_average(weight, slots, step.iteration)
-        constraint = rule.constraints.get(name)
-        if constraint is not None:
-            constraint.apply(weight)
+        self._after_update(name, weight, slots, step.iteration)
 
     def _updated(self, name: str, gradient: np.ndarray, step: Step) -> tuple[np.ndarray, Slots]:
         """The weight and optimizer state of `name` after the update, as new arrays (the
@@ -282,21 +277,15 @@ class ModelState:
             if name in rule.statistics:
                 weight, slots = weight + gradient, self.slots.get(name, {})
             else:
-                optimizer = rule.optimizer_of(name)
-                slots = self.slots.get(name, {})
-                if not slots.keys() - _KEPT_BESIDE_THE_OPTIMIZER:
-                    slots = {**slots, **optimizer.slots(weight, step)}
+                slots = self._started_state(name, weight, step)
                 weight_decay = rule.weight_decay_of(name)
                 if weight_decay:
                     weight = decayed(weight, step.learning_rate * weight_decay)
-                weight, slots = optimizer.update(weight, gradient, slots, step)
+                weight, slots = rule.optimizer_of(name).update(weight, gradient, slots, step)
                 average = self.slots.get(name, {}).get("average")
                 if average is not None:
                     slots["average"] = average.copy()
-                self._follow_average(weight, slots, step.iteration)
-                constraint = rule.constraints.get(name)
-                if constraint is not None:
-                    constraint.apply(weight)
+                self._after_update(name, weight, slots, step.iteration)
         for array in (weight, *slots.values()):
             if not math.isfinite(tensors.abs_sum(array)):
                 raise NonFinite("update of", name)
@@ -323,11 +312,7 @@ class ModelState:
                 slots["gradient_accumulator"] = gradient.copy()
             else:
                 accumulated += gradient
-            weight = self.weights[name]
-            self._follow_average(weight, slots, self.updates)
-            constraint = rule.constraints.get(name)
-            if constraint is not None:
-                constraint.apply(weight)
+            self._after_update(name, self.weights[name], slots, self.updates)
         if changed:
             self._bounds = {}
             self.version += 1
@@ -346,6 +331,23 @@ class ModelState:
                 gradient += accumulated
             gradient /= gradient.dtype.type(steps)
         return averaged
+
+    def _started_state(self, name: str, weight: np.ndarray, step: Step) -> Slots:
+        """The variable's state, with its optimizer's as the optimizer starts it where it
+        has none yet (its average or accumulated gradients may come first); a new dict
+        only then."""
+        slots = self.slots.get(name, {})
+        if slots.keys() - _KEPT_BESIDE_THE_OPTIMIZER:
+            return slots
+        return {**slots, **self.hyperparameters.optimizer_of(name).slots(weight, step)}
+
+    def _after_update(self, name: str, weight: np.ndarray, slots: Slots, iteration: int) -> None:
+        """What Keras does to a variable after its optimizer's step, in place: its moving
+        average follows it, then its constraint applies."""
+        self._follow_average(weight, slots, iteration)
+        constraint = self.hyperparameters.constraints.get(name)
+        if constraint is not None:
+            constraint.apply(weight)
 
     def _follow_average(self, weight: np.ndarray, slots: Slots, iteration: int) -> None:
         """Keras' `use_ema` after an update, in place: the weight's moving average (its

@@ -10,13 +10,13 @@ here is the one of `keras.optimizers.schedules` of that name.
     0.025
 """
 
-import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from omnikeras.parameter_server.errors import InvalidArgument
+from omnikeras.parameter_server.keras_config import config_from_json, config_json
 from omnikeras.v1 import parameter_server_pb2 as pb
 
 
@@ -116,13 +116,7 @@ class LearningRateSchedule:
 
     @classmethod
     def from_proto(cls, message: pb.LearningRateSchedule) -> "LearningRateSchedule":
-        try:
-            config = json.loads(message.config_json)
-        except json.JSONDecodeError as error:
-            raise InvalidArgument(f"learning-rate schedule configuration is not JSON: {error}") from None
-        if not isinstance(config, dict):
-            raise InvalidArgument("learning-rate schedule configuration must be a JSON object")
-        return cls(message.name, config)
+        return cls(message.name, config_from_json(message.config_json, "learning-rate schedule"))
 
     def to_proto(self) -> pb.LearningRateSchedule:
-        return pb.LearningRateSchedule(name=self.name, config_json=json.dumps(dict(self.config), sort_keys=True))
+        return pb.LearningRateSchedule(name=self.name, config_json=config_json(self.config))

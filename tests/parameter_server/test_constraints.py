@@ -9,6 +9,7 @@ from omnikeras.parameter_server.constraints import Constraint
 from omnikeras.parameter_server.errors import InvalidArgument, NonFinite
 from omnikeras.parameter_server.model_state import ModelState
 from omnikeras.parameter_server.update_rule import Hyperparameters
+from omnikeras.v1 import parameter_server_pb2 as pb
 
 KERAS_CONSTRAINTS = [
     keras.constraints.NonNeg(),
@@ -114,3 +115,9 @@ def test_a_constraint_whose_norms_overflow_is_refused_and_changes_nothing() -> N
     assert model.iterations == 1
     for name, weight in model.weights.items():
         np.testing.assert_array_equal(weight, before[name])
+
+
+@pytest.mark.parametrize("config_json, message", [("{", "is not JSON"), ("[0]", "must be a JSON object")])
+def test_a_constraint_whose_configuration_is_no_json_object_is_refused(config_json: str, message: str) -> None:
+    with pytest.raises(InvalidArgument, match=f"constraint configuration {message}"):
+        Constraint.from_proto(pb.Constraint(name="MaxNorm", config_json=config_json))

@@ -67,14 +67,23 @@ def _trained(
     return first, [keras.ops.convert_to_numpy(w) for w in model.weights]
 
 
-@pytest.mark.parametrize("case", sorted(KERAS_OPTIMIZERS))
-def test_the_compiled_optimizer_trains_through_the_server_as_in_plain_keras(server, case: str) -> None:
-    first, plain = _trained(None, KERAS_OPTIMIZERS[case])
-    _, launched = _trained(omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,))), KERAS_OPTIMIZERS[case])
-    # Batch normalization's moving statistics are among the weights compared.
-    assert len(plain) == 8
+def _trained_alike(
+    config: WorkerConfig, optimizer: Callable[[], Any], model_of: Callable[[], keras.Model] = _model
+) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+    """Trains the model in plain Keras and through the strategy, checks that both end with
+    the same weights, and returns the first weights, plain Keras' last and the strategy's."""
+    first, plain = _trained(None, optimizer, model_of)
+    _, launched = _trained(omnikeras.GroupedAsyncStrategy(config), optimizer, model_of)
     for expected, got in zip(plain, launched, strict=True):
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    return first, plain, launched
+
+
+@pytest.mark.parametrize("case", sorted(KERAS_OPTIMIZERS))
+def test_the_compiled_optimizer_trains_through_the_server_as_in_plain_keras(server, case: str) -> None:
+    # Batch normalization's moving statistics are among the weights compared.
+    first, plain, _ = _trained_alike(WorkerConfig((server.address,)), KERAS_OPTIMIZERS[case])
+    assert len(plain) == 8
     assert not np.allclose(plain[0], first[0], atol=1e-3), "training changed the weights"
 
 
@@ -84,10 +93,7 @@ def test_the_compiled_optimizer_trains_through_the_server_as_in_plain_keras(serv
     ids=["by name", "loss scaled"],
 )
 def test_an_optimizer_given_by_name_or_under_loss_scaling_trains_as_in_plain_keras(server, optimizer) -> None:
-    _, plain = _trained(None, optimizer)
-    _, launched = _trained(omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,))), optimizer)
-    for expected, got in zip(plain, launched, strict=True):
-        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    _trained_alike(WorkerConfig((server.address,)), optimizer)
 
 
 @pytest.mark.parametrize(
@@ -96,10 +102,7 @@ def test_an_optimizer_given_by_name_or_under_loss_scaling_trains_as_in_plain_ker
     ids=["SGD", "AdamW"],
 )
 def test_constrained_variables_train_through_the_server_as_in_plain_keras(server, optimizer) -> None:
-    first, plain = _trained(None, optimizer, _constrained_model)
-    _, launched = _trained(omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,))), optimizer, _constrained_model)
-    for expected, got in zip(plain, launched, strict=True):
-        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    first, plain, _ = _trained_alike(WorkerConfig((server.address,)), optimizer, _constrained_model)
     kernel, bias, gamma, output = plain[0], plain[1], plain[2], plain[6]
     # Each constraint binds: without it, training leaves these outside its bounds.
     assert np.linalg.norm(first[0], axis=0).max() > 0.6 and np.linalg.norm(kernel, axis=0).max() == pytest.approx(0.6, rel=1e-5)
@@ -117,10 +120,7 @@ def test_constrained_variables_train_through_the_server_as_in_plain_keras(server
     ids=["SGD", "Adam overwritten every 5 updates"],
 )
 def test_a_moving_average_of_the_weights_ends_fit_as_in_plain_keras(server, optimizer) -> None:
-    first, plain = _trained(None, optimizer)
-    _, launched = _trained(omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,))), optimizer)
-    for expected, got in zip(plain, launched, strict=True):
-        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    first, plain, launched = _trained_alike(WorkerConfig((server.address,)), optimizer)
     assert not np.allclose(plain[0], first[0], atol=1e-3), "training changed the weights"
     # The model ends with the averages, which the server kept.
     model = server.coordinator.model
@@ -151,10 +151,7 @@ def test_a_moving_average_of_the_weights_ends_fit_as_in_plain_keras(server, opti
     ],
 )
 def test_accumulated_gradients_train_through_the_server_as_in_plain_keras(server, optimizer, steps: int) -> None:
-    first, plain = _trained(None, optimizer)
-    _, launched = _trained(omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,))), optimizer)
-    for expected, got in zip(plain, launched, strict=True):
-        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    first, plain, _ = _trained_alike(WorkerConfig((server.address,)), optimizer)
     assert not np.allclose(plain[0], first[0], atol=1e-3), "training changed the weights"
     model = server.coordinator.model
     assert (model.iterations, model.updates) == (EPOCHS * EXAMPLES // BATCH, EPOCHS * EXAMPLES // BATCH // steps)
@@ -211,11 +208,7 @@ class WarmUpCosine(keras.optimizers.schedules.LearningRateSchedule):
 )
 @pytest.mark.parametrize("shared_memory", [True, False], ids=["shared memory", "gRPC"])
 def test_a_rate_only_tensorflow_can_evaluate_trains_as_in_plain_keras(server, optimizer, shared_memory: bool) -> None:
-    first, plain = _trained(None, optimizer)
-    config = WorkerConfig((server.address,), shared_memory=shared_memory)
-    _, launched = _trained(omnikeras.GroupedAsyncStrategy(config), optimizer)
-    for expected, got in zip(plain, launched, strict=True):
-        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    first, plain, _ = _trained_alike(WorkerConfig((server.address,), shared_memory=shared_memory), optimizer)
     assert not np.allclose(plain[0], first[0], atol=1e-3), "training changed the weights"
     assert server.coordinator.model.iterations == EPOCHS * EXAMPLES // BATCH
 
