@@ -5,13 +5,13 @@ all groups (`PushResult.next_batch`): batch `i` is position `i % n` of pass `i /
 the data, and every worker reads the same batch `i` (the same seeded shuffle), so every
 example is read once per pass however the groups are laid out, also across a regrouping.
 Each member of a group takes its slice of the batch's rows. A worker chooses its share of
-the next batch as each step's reply names it, inside the step, and the next step reads it
-from variables (`NextShare`).
+the next batch as each step's reply names it, inside the step, and `fit` hands the next
+step that share (`ShareFeed`).
 """
 
 import dataclasses
 import itertools
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 import keras
@@ -19,7 +19,6 @@ import numpy as np
 import tensorflow as tf
 from keras.src.trainers.data_adapters import data_adapter_utils
 from keras.src.trainers.data_adapters.tf_dataset_adapter import make_class_weight_map_fn
-from tensorflow.python.ops import resource_variable_ops
 
 from omnikeras.strategy.place import GroupPlace
 from omnikeras.strategy.py_dataset import PyDatasetBatches, standardizer
@@ -241,12 +240,12 @@ class Share:
 
     @property
     def rows(self) -> int:
-        return len(self.arrays[0])
+        return len(self.arrays[0]) if self.arrays else 0
 
     @classmethod
-    def end(cls, dtypes: Sequence[tf.DType]) -> "Share":
+    def end(cls) -> "Share":
         """The share after a source's last batch: no batch, no rows."""
-        return cls(-1, tuple(np.zeros(0, dtype.as_numpy_dtype) for dtype in dtypes))
+        return cls(-1, ())
 
 
 def share_of(source: BatchSource, batch: int, place: GroupPlace) -> Share:
@@ -254,86 +253,56 @@ def share_of(source: BatchSource, batch: int, place: GroupPlace) -> Share:
     return Share(batch, share(source.batch(batch), place))
 
 
-class NextShare:
-    """The share a worker's next step reads, held in variables that each step's exchange
-    fills with the batch its reply names; the dataset `fit` reads takes the share from
-    them.
+class ShareFeed:
+    """What `fit`'s train step reads: at each `next`, the share the exchange of the step
+    before chose (the reply named the batch), as tensors in the structure of the batches;
+    with several local replicas, a `PerReplica` of each replica's rows. It ends where
+    `next_share` gives None (the epoch is over).
 
-    So no Python runs between one step and the next: the share is chosen inside the
-    exchange, whose Python runs anyway, and reading it is a few of TensorFlow's own ops.
-    (A dataset cannot read ahead: the next batch is known only once the step before has
-    its reply.) Reading is idempotent: an element Keras takes to build the model consumes
-    nothing.
+    So nothing reads ahead: a dataset's iterator (tf.data's, or a distributed one, which
+    prefetches) would read a share before the exchange that chooses it, and its
+    `get_next` cost the step more than Keras' prefetched one. Reading is idempotent: the
+    element Keras takes to build the model consumes nothing.
 
     Args:
-        dtypes: The dtypes of a share's arrays, flattened.
+        element_spec: The batches' structure.
+        next_share: The share the next step reads, or None where the epoch is over.
+        strategy: The strategy whose replicas the rows are divided among.
     """
 
-    def __init__(self, dtypes: Sequence[tf.DType]) -> None:
-        self.array_dtypes = tuple(dtypes)
-        # Outside any strategy's scope, whose variables would be mirrored, and on the CPU,
-        # where the dataset reads them.
-        with tf.device("/cpu:0"):
-            self._batch = unmirrored_variable(tf.constant(0, tf.int64), tf.TensorShape([]))
-            # Shares differ in rows, from worker to worker and after a regrouping.
-            self._arrays = [
-                unmirrored_variable(tf.zeros([0], dtype), tf.TensorShape(None)) for dtype in self.array_dtypes
-            ]
+    def __init__(
+        self, element_spec: Any, next_share: Callable[[], Share | None], strategy: tf.distribute.Strategy
+    ) -> None:
+        self.element_spec = element_spec
+        self._next_share = next_share
+        self._strategy = strategy
 
-    @property
-    def dtypes(self) -> list[tf.DType]:
-        """What `fill` takes: the batch's index, then the share's arrays."""
-        return [tf.int64, *self.array_dtypes]
+    def __iter__(self) -> "ShareFeed":
+        return self
 
-    def fill(self, values: Sequence[Any]) -> None:
-        """Puts the next share in place: `values` as `dtypes` says, from inside the train
-        step (tensors) or from Python (`put`)."""
-        batch, *arrays = values
-        self._batch.assign(batch)
-        for variable, array in zip(self._arrays, arrays, strict=True):
-            variable.assign(array)
+    def __next__(self) -> Any:
+        share = self._next_share()
+        if share is None:
+            raise StopIteration
+        replicas = self._strategy.num_replicas_in_sync
+        if replicas == 1:
+            return self._tensors(share.arrays)
+        parts = [np.array_split(array, replicas) for array in share.arrays]
 
-    def put(self, share: Share) -> None:
-        self.fill([np.int64(share.batch), *share.arrays])
+        def rows(context: tf.distribute.experimental.ValueContext) -> Any:
+            return self._tensors(tuple(part[context.replica_id_in_sync_group] for part in parts))
 
-    def dataset(self, element_spec: Any, batches_per_pass: int | None, can_end: bool) -> tf.data.Dataset:
-        """The shares as they are put in place; with `batches_per_pass`, each iterator
-        ends where the next share lies in a later pass over the data than its first;
-        without, if the source `can_end`, where the data ended (`Share.end`), and
-        otherwise never."""
-        specs = tf.nest.flatten(element_spec)
+        return self._strategy.experimental_distribute_values_from_function(rows)
 
-        def read(_: tf.Tensor) -> Any:
-            arrays = [tf.ensure_shape(v.read_value(), spec.shape) for v, spec in zip(self._arrays, specs, strict=True)]
-            return tf.nest.pack_sequence_as(element_spec, arrays)
-
-        dataset = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).repeat()
-        if batches_per_pass is not None:
-
-            def in_first_pass(first: tf.Tensor, _: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-                current = self._batch.read_value() // batches_per_pass
-                first = tf.where(first < 0, current, first)
-                return first, current <= first
-
-            dataset = dataset.scan(tf.constant(-1, tf.int64), in_first_pass).take_while(lambda more: more)
-        elif can_end:
-            dataset = dataset.take_while(lambda _: self._batch.read_value() >= 0)
-        options = tf.data.Options()
-        # Each element must be read as its step asks for it, never ahead: no prefetch, no
-        # parallel map, none of tf.data's rewrites.
-        options.experimental_optimization.apply_default_optimizations = False
-        options.experimental_optimization.inject_prefetch = False
-        # Nothing here to tune, and the tuning thread is what an iterator's end waits for: at
-        # the end of every pass, on a busy core, a worker stopped there for seconds, and its
-        # group with it.
-        options.autotune.enabled = False
-        return dataset.map(read).with_options(options)
+    def _tensors(self, arrays: tuple[np.ndarray, ...]) -> Any:
+        return tf.nest.pack_sequence_as(self.element_spec, [tf.convert_to_tensor(a) for a in arrays])
 
 
-def unmirrored_variable(initial: tf.Tensor, shape: tf.TensorShape) -> tf.Variable:
-    # `tf.Variable` goes through the variable creators of the strategy in scope (a user
-    # may call `fit` inside it); a ResourceVariable made directly is a plain one.
-    return resource_variable_ops.ResourceVariable(initial, shape=shape, trainable=False)
+def stand_in(element_spec: Any) -> tf.data.Dataset:
+    """The dataset `fit` is given in place of the shares, for its structure only: the
+    strategy puts a `ShareFeed` in its place (`experimental_distribute_dataset`). Read
+    as a dataset, it is empty."""
+    return tf.data.Dataset.from_generator(lambda: iter(()), output_signature=element_spec)
 
 
 def first_examples(x: Any, y: Any, sample_weight: Any, count: int) -> tuple[Any, Any, Any]:

@@ -268,15 +268,6 @@ def _check_supported(model: keras.Model, arguments: dict[str, Any]) -> None:
         )
         model.jit_compile = False
         model.train_function = None
-    if model.steps_per_execution > 1:
-        warnings.warn(
-            "GroupedAsyncStrategy chooses each step's batch in the exchange of the step before, "
-            "which a train step of several steps would read ahead of: training with "
-            f"steps_per_execution=1 instead of {model.steps_per_execution}",
-            stacklevel=3,
-        )
-        model.steps_per_execution = 1
-        model.train_function = model.test_function = model.predict_function = None
     # What the server cannot apply fails before the worker joins; the variables may be
     # built only as training starts, when the worker checks them again.
     server_update_rule(model.optimizer, model.trainable_variables)

@@ -47,6 +47,11 @@
    the chief set the final weights (a callback's choice, as in Keras, where it comes
    after); every worker then takes them.
 
+The training data reaches the train step without a hook: the strategy's
+`experimental_distribute_dataset` gives Keras a `data.ShareFeed` in place of the dataset,
+and Keras' train function runs one step on each element of an iterator that is not
+tf.data's (`TensorFlowTrainer._make_function`), also private behaviour.
+
 All are private to Keras, so the supported Keras range is pinned and checked here, and
 tests fail if a hook stops being called. Models under any other strategy go through
 the original methods untouched.
@@ -65,6 +70,7 @@ from keras.src.backend.tensorflow.trainer import TensorFlowTrainer, TFEpochItera
 from keras.src.optimizers.loss_scale_optimizer import LossScaleOptimizer
 from packaging.version import Version
 
+from omnikeras.strategy.data import ShareFeed
 from omnikeras.strategy.fit import fit_through_server
 from omnikeras.strategy.strategy import GroupedAsyncStrategy
 from omnikeras.strategy.update_rule import rate_from_worker
@@ -159,10 +165,9 @@ def _epoch_next(self: TFEpochIterator) -> tuple:
     strategy = self._distribute_strategy
     if isinstance(strategy, GroupedAsyncStrategy):
         worker = strategy.worker
-        # The training data's iterator only, not validation's (whose adapter would build
-        # its dataset anew if asked for it). With one local replica the strategy hands
-        # Keras the shares' dataset itself; with several, epochs end as the data does.
-        if self._distributed_dataset is worker.shares and worker.epoch_over():
+        # The training data's feed only, not validation's iterator (whose adapter would
+        # build its dataset anew if asked for it).
+        if isinstance(self._distributed_dataset, ShareFeed) and worker.epoch_over():
             self._current_iterator = None
             self.data_adapter.on_epoch_end()
             raise StopIteration

@@ -5,10 +5,11 @@ import dataclasses
 import functools
 
 import tensorflow as tf
+from tensorflow.python.ops import resource_variable_ops
 
 from omnikeras import tf_config
 from omnikeras.config import WorkerConfig
-from omnikeras.strategy.data import unmirrored_variable
+from omnikeras.strategy.data import ShareFeed
 from omnikeras.strategy.own_cluster import own_cluster
 from omnikeras.strategy.worker import ClusterWorker
 
@@ -98,9 +99,14 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
 
     def experimental_distribute_dataset(
         self, dataset: tf.data.Dataset, options: tf.distribute.InputOptions | None = None
-    ) -> tf.data.Dataset | tf.distribute.DistributedDataset:
-        """With one local device, the dataset as it is: there is nothing to split across
-        replicas, and a distributed iterator costs about 3% of a small model's step."""
+    ) -> tf.data.Dataset | tf.distribute.DistributedDataset | ShareFeed:
+        """For the training data of `fit`, the shares each step's exchange chooses
+        (`ShareFeed`): no dataset's iterator reads them ahead. Any other dataset (the
+        validation data's) is distributed as `MirroredStrategy` does, and with one local
+        device, it is taken as it is: there is nothing to split across replicas, and a
+        distributed iterator costs about 3% of a small model's step."""
+        if dataset is self.worker.shares:
+            return self.worker.feed(self)
         if self.num_replicas_in_sync == 1:
             return dataset
         return super().experimental_distribute_dataset(dataset, options)
@@ -134,8 +140,6 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
         # The statistics as this step's forward pass left them: the worker pushes the change.
         statistics = [v.value for v in self.worker.statistics]
         values = [tf.convert_to_tensor(self.experimental_local_results(v)[0]) for v in statistics]
-        next_share = self.worker.next_share
-        assert next_share is not None, "fit reads its data through the worker"
         # Backpropagation produces the later layers' gradients first: they are written
         # ahead, while it computes the others, and only the rest wait for the last one.
         split = len(trained) - ahead_count(len(trained))
@@ -163,16 +167,13 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
                         rate_from_worker=learning_rate is not None,
                     ),
                     [self._scalars(learning_rate), *gradients[:split], *values],
-                    Tout=[*(v.dtype for v in variables), tf.bool, *counted, *next_share.dtypes],
+                    Tout=[*(v.dtype for v in variables), tf.bool, *counted],
                     stateful=True,
                 )
             self._update_skipped.assign(outputs[len(variables)])
             iterations = outputs[len(variables) + 1] if counted else None
             if iterations is not None:
                 iterations.set_shape([])
-            # The reply names the next step's batch, and the exchange chose this worker's
-            # share of it: the next step's input reads it from there.
-            next_share.fill(outputs[len(variables) + 1 + len(counted) :])
         for variable, weight in zip(variables, outputs[: len(variables)]):
             weight.set_shape(variable.shape)
             self.extended.update(variable, _assign, args=(weight,), group=False)
@@ -208,3 +209,9 @@ def ahead_count(trained: int) -> int:
 
 def _assign(variable: tf.Variable, value: tf.Tensor) -> tf.Operation:
     return variable.assign(value)
+
+
+def unmirrored_variable(initial: tf.Tensor, shape: tf.TensorShape) -> tf.Variable:
+    # `tf.Variable` goes through the variable creators of the strategy in scope (a user
+    # may call `fit` inside it); a ResourceVariable made directly is a plain one.
+    return resource_variable_ops.ResourceVariable(initial, shape=shape, trainable=False)

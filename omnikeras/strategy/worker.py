@@ -41,15 +41,15 @@ class ClusterWorker:
         )
         self.place: GroupPlace | None = None
         # The training batches; the one this worker's group reads next, as the server
-        # handed it out, and the members that share it; this worker's share of it, and
-        # the variables the next step reads that share from.
+        # handed it out, and the members that share it; this worker's share of it, which
+        # the next step reads.
         self.source: data.BatchSource | None = None
         self.next_batch = 0
         self._next_members: tuple[int, ...] = ()
         self._share: data.Share | None = None
-        self.next_share: data.NextShare | None = None
-        # The dataset `fit` reads the shares from; where its epochs are passes over the
-        # data, the batches in a pass, and the pass the epoch under way began in.
+        # The dataset `fit` is given for the shares (`data.stand_in`); where its epochs are
+        # passes over the data, the batches in a pass, and the pass the epoch under way
+        # began in.
         self.shares: tf.data.Dataset | None = None
         self._batches_per_epoch: int | None = None
         self._epoch_pass = 0
@@ -96,21 +96,23 @@ class ClusterWorker:
         self.examples = data.example_count(x)
 
     def read_from(self, source: data.BatchSource, epochs_by_pass: bool) -> tf.data.Dataset:
-        """The dataset `fit` trains on: this worker's share of each batch its group reads,
-        chosen as each step's reply names the next batch. With `epochs_by_pass`, each
-        epoch ends where a pass over the data ends."""
+        """The dataset `fit` is given: the strategy puts this worker's share of each batch
+        its group reads in its place (`feed`), chosen as each step's reply names the next
+        batch. With `epochs_by_pass`, each epoch ends where a pass over the data ends."""
         self.source = source
-        dtypes = [spec.dtype for spec in tf.nest.flatten(source.element_spec)]
-        # A later `fit` keeps the variables that the train step, traced once, fills.
-        if self.next_share is None or self.next_share.array_dtypes != tuple(dtypes):
-            self.next_share = data.NextShare(dtypes)
-        self.next_share.put(self._choose_share())
-        batches_per_pass = source.batches_per_pass if epochs_by_pass else None
-        self._batches_per_epoch = batches_per_pass
+        self._choose_share()
+        self._batches_per_epoch = source.batches_per_pass if epochs_by_pass else None
         # Keras reads a first element to build the model before the first epoch begins.
         self.begin_epoch()
-        self.shares = self.next_share.dataset(source.element_spec, batches_per_pass, can_end=source.can_end)
+        self.shares = data.stand_in(source.element_spec)
         return self.shares
+
+    def feed(self, strategy: tf.distribute.Strategy) -> data.ShareFeed:
+        """The shares, as the train step reads them (see `read_from`)."""
+        assert self.source is not None, "read_from chooses the first share"
+        return data.ShareFeed(
+            self.source.element_spec, lambda: None if self.epoch_over() else self._share, strategy
+        )
 
     def begin_epoch(self) -> None:
         """Notes the pass over the data that the epoch beginning now begins in."""
@@ -148,12 +150,13 @@ class ClusterWorker:
             step_counter(model.optimizer).assign(self.server_iterations)
 
     def epoch_over(self) -> bool:
-        """Whether the share the next step would read lies past the epoch under way,
-        where epochs are passes over the data: in a later pass, or past the data's end.
-        The dataset of `shares` ends there too, but only as that step reads it."""
-        if self._batches_per_epoch is None or self._share is None:
+        """Whether the share the next step would read lies past the epoch under way: past
+        the data's end, or, where epochs are passes over the data, in a later pass."""
+        if self._share is None:
             return False
-        return self._share.batch < 0 or self._share.batch // self._batches_per_epoch > self._epoch_pass
+        if self._share.batch < 0:
+            return True
+        return self._batches_per_epoch is not None and self._share.batch // self._batches_per_epoch > self._epoch_pass
 
     @property
     def reading(self) -> int | None:
@@ -170,11 +173,11 @@ class ClusterWorker:
 
     def _choose_share(self) -> data.Share:
         """This worker's share of the batch its group reads next."""
-        assert self.source is not None and self.next_share is not None
+        assert self.source is not None
         try:
             self._share = data.share_of(self.source, self.next_batch, self._place_in_next_batch())
         except data.NoMoreBatches:
-            self._share = data.Share.end(self.next_share.array_dtypes)
+            self._share = data.Share.end()
         return self._share
 
     def _place_in_next_batch(self) -> GroupPlace:
@@ -439,9 +442,10 @@ class ClusterWorker:
     ) -> list[np.ndarray]:
         """One group step: this worker's gradients (of the variables `names`, by path) and
         the step's loss out, the group step's weights of the variables written ahead
-        (`write_ahead`) and of `names` back, whether the step's update was skipped, and
-        after them the next step's share (as `NextShare.fill` takes it). `scalars` are
-        the sums of Keras' loss tracker (losses and examples so far).
+        (`write_ahead`) and of `names` back, and whether the step's update was skipped;
+        the reply names the next batch, whose share this worker's next step reads
+        (`feed`). `scalars` are the sums of Keras' loss tracker (losses and examples so
+        far).
 
         With `skip_update` (the step's loss-scaled gradients overflowed), the group step
         updates no weight; it is skipped too where another member's overflowed.
@@ -460,12 +464,12 @@ class ClusterWorker:
         learning_rate = float(scalars[2]) if rate_from_worker else None
         try:
             weights, skipped = self._push_pull(ahead, names, gradients, loss, skip_update, learning_rate)
-            share = self._choose_share()
+            self._choose_share()
         except Exception as error:
             self.failure = error
             raise
         iterations = [np.asarray(self.server_iterations, np.int64)] if rate_from_worker else []
-        return [*weights, np.asarray(skipped), *iterations, np.asarray(share.batch, np.int64), *share.arrays]
+        return [*weights, np.asarray(skipped), *iterations]
 
     def _step_loss(self, total: float, count: float) -> float | None:
         """This step's loss from the tracker's sums; None where their change is not this

@@ -1,7 +1,6 @@
 """The batches by index and each worker's share: together the workers read each example
 once per pass, however the server hands the batches out."""
 
-import itertools
 
 import keras
 import numpy as np
@@ -91,79 +90,40 @@ def test_a_three_times_faster_member_gets_three_times_the_rows() -> None:
     assert fast.stop - fast.start == pytest.approx(3 * (slow.stop - slow.start))
 
 
-def test_the_dataset_reads_the_share_last_put_in_place_and_reading_consumes_nothing() -> None:
-    next_share = data.NextShare([tf.int64])
-    next_share.put(data.Share(0, (np.array([1, 2]),)))
-    stream = iter(next_share.dataset(tf.TensorSpec((None,), tf.int64), batches_per_pass=None, can_end=False))
-    assert next(stream).numpy().tolist() == [1, 2]
-    assert next(stream).numpy().tolist() == [1, 2], "an element read (to build a model) takes nothing away"
-    next_share.put(data.Share(1, (np.array([3]),)))
-    assert next(stream).numpy().tolist() == [3], "a share of another length"
+class _Shares:
+    """Stands in for the worker: the share its next step reads, or None past the epoch."""
+
+    def __init__(self, share: data.Share | None) -> None:
+        self.share = share
+
+    def __call__(self) -> data.Share | None:
+        return self.share
 
 
-def test_the_train_step_fills_the_next_share_in_a_structure_of_arrays() -> None:
+def test_the_feed_gives_the_share_last_chosen_and_reading_consumes_nothing() -> None:
+    shares = _Shares(data.Share(0, (np.array([1, 2]),)))
+    feed = iter(data.ShareFeed(tf.TensorSpec((None,), tf.int64), shares, tf.distribute.get_strategy()))
+    assert next(feed).numpy().tolist() == [1, 2]
+    assert next(feed).numpy().tolist() == [1, 2], "an element read (to build a model) takes nothing away"
+    shares.share = data.Share(1, (np.array([3]),))
+    assert next(feed).numpy().tolist() == [3], "a share of another length"
+    shares.share = None
+    with pytest.raises(StopIteration):
+        next(feed)
+
+
+def test_the_feed_gives_a_share_in_the_structure_of_the_batches() -> None:
     spec = ({"image": tf.TensorSpec((None, 2), tf.float32)}, tf.TensorSpec((None,), tf.int64))
-    next_share = data.NextShare([s.dtype for s in tf.nest.flatten(spec)])
-    next_share.put(data.Share(0, (np.zeros((1, 2), np.float32), np.zeros(1, np.int64))))
-
-    @tf.function
-    def step() -> None:
-        next_share.fill([tf.constant(4, tf.int64), tf.ones((3, 2)), tf.constant([7, 8, 9], tf.int64)])
-
-    step()
-    (x, y) = next(iter(next_share.dataset(spec, batches_per_pass=None, can_end=False)))
-    assert x["image"].shape == (3, 2) and y.numpy().tolist() == [7, 8, 9]
+    shares = _Shares(data.Share(4, (np.ones((3, 2), np.float32), np.array([7, 8, 9]))))
+    (x, y) = next(data.ShareFeed(spec, shares, tf.distribute.get_strategy()))
+    assert x["image"].shape == (3, 2) and x["image"].dtype == tf.float32 and y.numpy().tolist() == [7, 8, 9]
 
 
-def test_an_iterator_ends_where_the_next_share_lies_in_a_later_pass_than_its_first() -> None:
-    next_share = data.NextShare([tf.int64])
-    dataset = next_share.dataset(tf.TensorSpec((None,), tf.int64), batches_per_pass=3, can_end=False)
-
-    def epoch(batches: list[int]) -> list[int]:
-        # Each batch is put in place as a step's reply would, after the one before is read.
-        read, stream = [], iter(dataset)
-        for batch in batches:
-            next_share.put(data.Share(batch, (np.array([batch]),)))
-            element = next(stream, None)
-            if element is None:
-                break
-            read.extend(element.numpy().tolist())
-        return read
-
-    assert epoch([1, 2, 3]) == [1, 2], "batch 3 is the second pass's first"
-    assert epoch([3, 4, 5, 6]) == [3, 4, 5], "the next iterator starts at the pass it finds"
-    assert epoch([6, 2, 7, 9]) == [6, 2, 7], "a batch of an earlier pass (a restored server) is read"
-
-
-def test_only_a_source_that_can_end_ends_the_epoch_at_the_end_of_its_data() -> None:
-    # Arrays read for `steps_per_epoch` steps make an endless dataset, as a generator does.
-    arrays = data.batch_source(np.arange(4, dtype=np.float32), None, None, 2, False, 0)
-    generator = data.batch_source((np.full(2, i, np.float32) for i in range(2)), None, None, 2, False, 0)
-    assert (arrays.can_end, generator.can_end) == (False, True)
-    for source in (arrays, generator):
-        next_share = data.NextShare([tf.float32])
-        next_share.put(data.Share.end(next_share.array_dtypes))
-        stream = iter(next_share.dataset(source.element_spec, batches_per_pass=None, can_end=source.can_end))
-        read = [element.numpy().tolist() for element in itertools.islice(stream, 3)]
-        assert read == ([] if source.can_end else [[], [], []]), "an end only where the source can end"
-
-
-def test_the_next_share_is_not_mirrored_inside_a_strategy_s_scope() -> None:
-    with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
-        next_share = data.NextShare([tf.float32])
-    next_share.put(data.Share(0, (np.array([0.5], np.float32),)))
-    dataset = next_share.dataset(tf.TensorSpec((None,), tf.float32), batches_per_pass=None, can_end=False)
-    assert next(iter(dataset)).numpy().tolist() == [0.5]
-
-
-def test_the_dataset_reads_nothing_ahead_and_starts_no_tuning_thread_for_an_iterator_s_end_to_wait_for() -> None:
-    # With tf.data's autotuning on, deleting a pass's iterator waited for its tuning
-    # thread: on a quarter-core emulated host, a worker stopped there for seconds at the
-    # end of a pass, and its group with it.
-    options = data.NextShare([tf.float64]).dataset(tf.TensorSpec((None,), tf.float64), batches_per_pass=2, can_end=False).options()
-    assert options.autotune.enabled is False
-    assert options.experimental_optimization.inject_prefetch is False
-    assert options.experimental_optimization.apply_default_optimizations is False
+def test_the_dataset_fit_is_given_has_the_batches_structure_and_nothing_to_read() -> None:
+    spec = ({"image": tf.TensorSpec((None, None, 2), tf.float32)}, tf.TensorSpec((None,), tf.int64))
+    stand_in = data.stand_in(spec)
+    assert stand_in.element_spec == spec
+    assert list(stand_in) == []
 
 
 def test_validation_split_takes_the_last_rows() -> None:

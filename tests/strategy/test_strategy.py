@@ -319,10 +319,11 @@ def test_compensation_can_be_turned_off_by_the_strategy(server) -> None:
     assert not server.coordinator.hyperparameters().compensate_asynchrony
 
 
-def test_several_steps_per_execution_train_one_step_per_call_on_each_batch_once(server) -> None:
-    # Keras' loop of several steps reads the next element before the step's exchange
-    # has chosen it: the strategy trains one step per call instead, and says so.
+def test_several_steps_per_execution_read_each_batch_once_as_the_step_before_chose_it(server) -> None:
+    # Each step's exchange chooses the next step's batch: a call of several steps reads
+    # each of them after the step before it, as Keras' loop over a dataset would not.
     read: list[list[int]] = []
+    ends: list[int] = []
 
     def record(rows: np.ndarray) -> np.ndarray:
         read.append(np.rint(rows[:, 0] * 100).astype(int).tolist())
@@ -338,11 +339,13 @@ def test_several_steps_per_execution_train_one_step_per_call_on_each_batch_once(
         model = keras.Model(inputs, keras.layers.Dense(1)(seen))
         model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", steps_per_execution=4)
     x = (np.arange(80, dtype=np.float32) / 100)[:, None]
-    with pytest.warns(UserWarning, match="steps_per_execution=1 instead of 4"):
-        history = model.fit(x, np.zeros_like(x), batch_size=8, epochs=2, shuffle=False, verbose=0)
-    assert model.steps_per_execution == 1
+    calls = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: ends.append(batch))
+    history = model.fit(x, np.zeros_like(x), batch_size=8, epochs=2, shuffle=False, verbose=0, callbacks=[calls])
+    assert model.steps_per_execution == 4
     assert history.history["model_version"] == [10, 20]
     assert read == [list(range(start, start + 8)) for start in range(0, 80, 8)] * 2
+    # Three calls an epoch (4, 4 and 2 steps), each ending at Keras' last step of the call.
+    assert ends == [3, 7, 11] * 2
 
 
 def _fine_tuned(
