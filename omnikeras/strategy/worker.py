@@ -171,14 +171,13 @@ class ClusterWorker:
             return None
         return math.ceil(self.source.batches_per_pass / self.place.num_groups)
 
-    def _choose_share(self) -> data.Share:
-        """This worker's share of the batch its group reads next."""
+    def _choose_share(self) -> None:
+        """Takes this worker's share of the batch its group reads next."""
         assert self.source is not None
         try:
             self._share = data.share_of(self.source, self.next_batch, self._place_in_next_batch())
         except data.NoMoreBatches:
             self._share = data.Share.end()
-        return self._share
 
     def _place_in_next_batch(self) -> GroupPlace:
         """This worker's place among the members that share the next batch: they were its
