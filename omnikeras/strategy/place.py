@@ -10,8 +10,8 @@ from omnikeras.parameter_server import GroupLayout
 
 @dataclass(frozen=True)
 class GroupPlace:
-    """A worker's place: its group reads every `num_groups`-th batch, starting at `group`,
-    and member `i` takes the rows between `boundaries[i]` and `boundaries[i + 1]`
+    """A worker's place: its group, one of `num_groups`, reads the batches the server hands
+    it, and member `i` takes the rows between `boundaries[i]` and `boundaries[i + 1]`
     (fractions of the batch), in proportion to its throughput, so members finish together.
     """
 
@@ -32,6 +32,12 @@ class GroupPlace:
     def rows_per_member(self, batch_size: int) -> np.ndarray:
         """How many rows of a batch of `batch_size` each member takes."""
         return np.diff(np.round(batch_size * np.array(self.boundaries)).astype(int))
+
+    def part_of_batches(self, throughput_of: Callable[[int], float], workers: Sequence[int]) -> float:
+        """The part of the batches this group reads, of those read by `workers`: the server
+        hands each batch to the group that asks first, so a group's part is its members'
+        throughput over all workers'."""
+        return sum(throughput_of(m) for m in self.members) / sum(throughput_of(w) for w in workers)
 
     def min_batch_size(self) -> int:
         """The smallest batch of which every member gets at least one row."""

@@ -169,7 +169,8 @@ class ClusterWorker:
         """This worker's steps in a pass over the data, in the present layout."""
         if self.source is None or self.source.batches_per_pass is None or self.place is None:
             return None
-        return math.ceil(self.source.batches_per_pass / self.place.num_groups)
+        workers = range(1, self.config.num_workers + 1)
+        return math.ceil(self.source.batches_per_pass * self.place.part_of_batches(self.config.throughput_of, workers))
 
     def _choose_share(self) -> None:
         """Takes this worker's share of the batch its group reads next."""

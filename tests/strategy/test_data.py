@@ -42,6 +42,22 @@ def test_members_shares_of_the_batches_cover_each_example_once(groups: list[list
     assert sorted(seen) == list(range(200))
 
 
+@pytest.mark.parametrize(
+    ("groups", "parts"),
+    [
+        ([[1.0], [1.0]], [0.5, 0.5]),
+        ([[1.0, 1.0, 1.0], [1.0, 1.0]], [0.6, 0.4]),
+        ([[1.0], [0.25], [0.25], [0.25], [0.25]], [0.5, 0.125, 0.125, 0.125, 0.125]),
+    ],
+)
+def test_a_group_reads_its_members_part_of_the_cluster_s_throughput(groups: list[list[float]], parts: list[float]) -> None:
+    throughputs = [t for members in groups for t in members]
+    workers = range(1, len(throughputs) + 1)
+    places = _places(groups)
+    by_group = {p.group: p.part_of_batches(lambda w: throughputs[w - 1], workers) for p in places}
+    assert [by_group[g] for g in range(len(groups))] == pytest.approx(parts)
+
+
 def test_every_pass_is_shuffled_anew_and_alike_on_every_worker() -> None:
     def passes(seed: int) -> list[list[int]]:
         source = data.ArrayBatches(np.arange(50), None, None, 10, shuffle=True, seed=seed)
