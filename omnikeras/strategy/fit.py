@@ -68,31 +68,23 @@ class ClusterSync(keras.callbacks.Callback):
 
 
 class LearningRateRelay(keras.callbacks.Callback):
-    """Hands the chief's learning rate to the server whenever a callback changes it:
-    `LearningRateScheduler` as an epoch begins, `ReduceLROnPlateau` as one ends, and,
-    `every_batch`, a callback of the user's that sets it batch by batch (a one-cycle
-    policy) before each step.
+    """Hands the chief's learning rate to the server where a callback changed it between
+    epochs: `LearningRateScheduler` as an epoch begins, `ReduceLROnPlateau` as one ends.
+    A rate set between steps (a one-cycle policy) goes with the step that reads it (see
+    `ClusterWorker.push_pull`).
 
-    `fit` adds it on the chief, after the user's callbacks, `every_batch` where one of
-    them runs the user's code between steps.
+    `fit` adds it on the chief, after the user's callbacks.
     """
 
-    def __init__(self, worker: ClusterWorker, every_batch: bool = False) -> None:
+    def __init__(self, worker: ClusterWorker) -> None:
         super().__init__()
         self.worker = worker
-        self.every_batch = every_batch
-        self._relayed: float | None = None
 
     def on_train_begin(self, logs: dict | None = None) -> None:
-        self._relayed = self._learning_rate()
+        self.worker.relayed_learning_rate = self._learning_rate()
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         self._relay()
-
-    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
-        # After the user's callbacks' hooks for this batch, before its step.
-        if self.every_batch:
-            self._relay()
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         self._relay()
@@ -102,16 +94,14 @@ class LearningRateRelay(keras.callbacks.Callback):
         # A schedule runs on the server by itself, or the workers push the rate it gives.
         if uses_schedule(optimizer):
             return None
-        # One replica's copy: reading the mirrored variable costs twice as much, at every
-        # step where the rate is relayed before each.
+        # One replica's copy: reading the mirrored variable costs twice as much.
         rate = self.model.distribute_strategy.experimental_local_results(optimizer.learning_rate.value)[0]
         return as_written(float(rate.numpy()))
 
     def _relay(self) -> None:
         rate = self._learning_rate()
-        if rate is not None and rate != self._relayed:
-            self._relayed = rate
-            self.worker.change_update_rule(learning_rate=rate)
+        if rate is not None:
+            self.worker.relay_learning_rate(rate)
 
 
 class PassProgress(keras.callbacks.ProgbarLogger):
@@ -222,8 +212,7 @@ def fit_through_server(
     _check_one_learning_rate_owner(model, callbacks)
     chief_callbacks: list[keras.callbacks.Callback] = []
     if config.is_chief:
-        every_batch = any(map(_may_set_the_rate_between_steps, callbacks))
-        chief_callbacks.append(LearningRateRelay(worker, every_batch=every_batch))
+        chief_callbacks.append(LearningRateRelay(worker))
     if config.is_chief and not any(isinstance(c, keras.callbacks.ProgbarLogger) for c in callbacks):
         chief_callbacks.append(PassProgress(worker))
     if not config.is_chief:
@@ -245,18 +234,6 @@ def fit_through_server(
         raise
     finally:
         worker.fitting = False
-
-
-def _may_set_the_rate_between_steps(callback: keras.callbacks.Callback) -> bool:
-    """Whether `callback` runs the user's code between steps, where it may change the
-    learning rate: Keras' callbacks (but `LambdaCallback`) and omnikeras' own change it
-    between epochs, if at all."""
-    own = type(callback).__module__.split(".")[0] in ("keras", "omnikeras")
-    if own and not isinstance(callback, keras.callbacks.LambdaCallback):
-        return False
-    hooks = ("on_batch_begin", "on_batch_end", "on_train_batch_begin", "on_train_batch_end")
-    # Keras marks the base class's empty hooks so (`LambdaCallback` sets its own on the instance).
-    return any(not getattr(getattr(callback, hook), "_is_default", False) for hook in hooks)
 
 
 def _check_supported(model: keras.Model, arguments: dict[str, Any]) -> None:

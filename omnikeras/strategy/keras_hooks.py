@@ -73,7 +73,7 @@ from packaging.version import Version
 from omnikeras.strategy.data import ShareFeed
 from omnikeras.strategy.fit import fit_through_server
 from omnikeras.strategy.strategy import GroupedAsyncStrategy
-from omnikeras.strategy.update_rule import rate_from_worker
+from omnikeras.strategy.update_rule import rate_from_worker, uses_schedule
 
 SUPPORTED_KERAS = (Version("3.15"), Version("3.16"))
 
@@ -104,9 +104,12 @@ def _update_step(self: TFOptimizer, distribution: Any, grads_and_vars: list, lea
     if isinstance(distribution, GroupedAsyncStrategy):
         distribution.worker.check_applying(self)
         if not rate_from_worker(self):
-            distribution.apply_through_server(grads_and_vars)
+            # The optimizer's own rate (a variable, which a callback may set) is relayed
+            # where it changed; a schedule the server runs has nothing to relay.
+            rate = None if uses_schedule(self) else learning_rate.value
+            distribution.apply_through_server(grads_and_vars, learning_rate=rate)
             return
-        iterations = distribution.apply_through_server(grads_and_vars, learning_rate=learning_rate)
+        iterations = distribution.apply_through_server(grads_and_vars, learning_rate=learning_rate, rate_from_worker=True)
         assert iterations is not None, "a pushed rate brings the servers' count back"
         # Keras counts the step once this returns: the next one evaluates its rate at
         # the servers' count, which the other groups' updates advance too.

@@ -116,6 +116,7 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
         grads_and_vars: list[tuple[tf.Tensor, tf.Variable]],
         skip_update: bool = False,
         learning_rate: tf.Tensor | None = None,
+        rate_from_worker: bool = False,
     ) -> tf.Tensor | None:
         """One group step inside the compiled train step: the group-reduced gradients (and
         the batch-normalization statistics) go to the server and the weights it returns
@@ -124,9 +125,11 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
         Called by Keras' optimizer in cross-replica context, once per step; under loss
         scaling, with `skip_update` where the step's gradients overflowed (they are zeros
         then), so that the group step goes on without an update (see `update_skipped`).
-        With `learning_rate`, the rate Keras evaluated for this step (a schedule the
-        server cannot run), it goes to the server with the gradients, and the server's
-        iteration count after the group step is returned.
+        `learning_rate` is the rate Keras evaluated for this step. With
+        `rate_from_worker` (a schedule the server cannot run), it goes to the server with
+        the gradients, and the server's iteration count after the group step is returned;
+        otherwise (the optimizer's own rate) the chief relays it where a callback changed
+        it.
         """
         trained = [variable for _, variable in grads_and_vars]
         # By path: Keras leaves out the variables without a gradient.
@@ -146,7 +149,7 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
         # The weights come back in the order the gradients went out.
         variables = trained[split:] + trained[:split] + statistics
         # The servers' iteration count comes back where the worker pushes the rate.
-        counted = [tf.int64] if learning_rate is not None else []
+        counted = [tf.int64] if rate_from_worker else []
         with tf.device("/cpu:0"):
             written = []
             if split < len(trained):
@@ -164,7 +167,8 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
                         self.worker.push_pull,
                         names[:split] + tuple(v.path for v in self.worker.statistics),
                         skip_update=skip_update,
-                        rate_from_worker=learning_rate is not None,
+                        rate_from_worker=rate_from_worker,
+                        rate_to_relay=learning_rate is not None and not rate_from_worker,
                     ),
                     [self._scalars(learning_rate), *gradients[:split], *values],
                     Tout=[*(v.dtype for v in variables), tf.bool, *counted],

@@ -19,7 +19,13 @@ from omnikeras.parameter_server.errors import Refusal, refusal_of
 from omnikeras.parameter_server.tensors import SUPPORTED_DTYPES
 from omnikeras.strategy import data
 from omnikeras.strategy.place import GroupPlace
-from omnikeras.strategy.update_rule import model_statistics, rate_from_worker, server_update_rule, step_counter
+from omnikeras.strategy.update_rule import (
+    as_written,
+    model_statistics,
+    rate_from_worker,
+    server_update_rule,
+    step_counter,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +71,8 @@ class ClusterWorker:
         self._pulled_statistics: dict[str, np.ndarray] = {}
         self.shapes: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
         self.hyperparameters = Hyperparameters()
+        # The chief's learning rate as last handed to the server (`relay_learning_rate`).
+        self.relayed_learning_rate: float | None = None
         # The optimizer of this process's last `fit`: a later one compiled since starts
         # afresh on the server too.
         self._optimizer: keras.optimizers.Optimizer | None = None
@@ -416,6 +424,13 @@ class ClusterWorker:
         self.hyperparameters = dataclasses.replace(self.hyperparameters, **changes)
         self.client.set_hyperparameters(self.hyperparameters)
 
+    def relay_learning_rate(self, rate: float) -> None:
+        """Hands the server the chief's learning rate where a callback changed it since
+        the one last relayed."""
+        if rate != self.relayed_learning_rate:
+            self.relayed_learning_rate = rate
+            self.change_update_rule(learning_rate=rate)
+
     def write_ahead(self, names: Sequence[str], *gradients: np.ndarray) -> np.ndarray:
         """The first part of a group step: the gradients backpropagation produces first
         (of the variables `names`), handed to the client while the step computes the
@@ -439,6 +454,7 @@ class ClusterWorker:
         *gradients: np.ndarray,
         skip_update: bool = False,
         rate_from_worker: bool = False,
+        rate_to_relay: bool = False,
     ) -> list[np.ndarray]:
         """One group step: this worker's gradients (of the variables `names`, by path) and
         the step's loss out, the group step's weights of the variables written ahead
@@ -453,7 +469,11 @@ class ClusterWorker:
         With `rate_from_worker` (a learning rate only the worker can evaluate), the step's
         learning rate follows the sums in `scalars` and goes out with the gradients, and
         the server's iteration count after the group step comes back after whether it
-        was skipped: Keras evaluates the next step's rate there.
+        was skipped: Keras evaluates the next step's rate there. With `rate_to_relay`
+        (the optimizer's own rate, which a callback may set between steps), the rate
+        follows the sums too, and the chief relays it before the push where it changed
+        (`relay_learning_rate`): reading it here, inside the step, costs the step nothing,
+        where an eager read before each step cost about 0.5 ms of an 8 ms step.
 
         An error is kept in `failure` as well: TensorFlow hands it on wrapped in its own.
         """
@@ -463,6 +483,8 @@ class ClusterWorker:
         loss = self._step_loss(float(scalars[0]), float(scalars[1]))
         learning_rate = float(scalars[2]) if rate_from_worker else None
         try:
+            if rate_to_relay and self.config.is_chief and not self._training_over:
+                self.relay_learning_rate(as_written(float(scalars[2])))
             weights, skipped = self._push_pull(ahead, names, gradients, loss, skip_update, learning_rate)
             self._choose_share()
         except Exception as error:

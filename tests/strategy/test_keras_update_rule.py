@@ -8,7 +8,7 @@ import pytest
 from omnikeras.parameter_server.clipping import Clipping
 from omnikeras.parameter_server.constraints import Constraint
 from omnikeras.parameter_server.schedules import LearningRateSchedule
-from omnikeras.strategy.fit import _check_one_learning_rate_owner, _may_set_the_rate_between_steps
+from omnikeras.strategy.fit import _check_one_learning_rate_owner
 from omnikeras.strategy.update_rule import server_update_rule, uses_schedule
 from omnikeras.tuner import OmnivoreCallback
 
@@ -158,33 +158,3 @@ def test_the_tuner_owns_the_learning_rate() -> None:
     own = _model(keras.optimizers.SGD(WarmupSchedule()))
     with pytest.raises(ValueError, match="WarmupSchedule schedule"):
         _check_one_learning_rate_owner(own, [tuner])
-
-
-class _Warmup(keras.callbacks.Callback):
-    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
-        self.model.optimizer.learning_rate = 0.01 * (batch + 1)
-
-
-class _EpochLogger(keras.callbacks.Callback):
-    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        pass
-
-
-@pytest.mark.parametrize(
-    "callback, between_steps",
-    [
-        (_Warmup(), True),
-        (keras.callbacks.LambdaCallback(on_batch_begin=lambda batch, logs: None), True),
-        (_EpochLogger(), False),
-        (keras.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: None), False),
-        # Keras' own act between epochs, or not on the rate.
-        (keras.callbacks.ModelCheckpoint("model.keras", save_freq=10), False),
-        (keras.callbacks.TerminateOnNaN(), False),
-        (OmnivoreCallback(target_loss=0.1), False),
-    ],
-    ids=["own batch hook", "lambda batch hook", "own epoch hook", "lambda epoch hook", "checkpoint", "nan", "tuner"],
-)
-def test_the_chief_relays_the_rate_before_each_step_only_where_a_user_s_callback_acts_between_steps(
-    callback, between_steps: bool
-) -> None:
-    assert _may_set_the_rate_between_steps(callback) is between_steps
