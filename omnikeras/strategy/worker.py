@@ -472,8 +472,8 @@ class ClusterWorker:
         was skipped: Keras evaluates the next step's rate there. With `rate_to_relay`
         (the optimizer's own rate, which a callback may set between steps), the rate
         follows the sums too, and the chief relays it before the push where it changed
-        (`relay_learning_rate`): reading it here, inside the step, costs the step nothing,
-        where an eager read before each step cost about 0.5 ms of an 8 ms step.
+        (`relay_learning_rate`): read inside the step, it costs one float, where an eager
+        read before each step cost about 0.25 ms of a 6.6 ms step.
 
         An error is kept in `failure` as well: TensorFlow hands it on wrapped in its own.
         """

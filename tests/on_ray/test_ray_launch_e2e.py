@@ -62,9 +62,10 @@ def _stalled_run(run_dir: pathlib.Path, address: str, *options: str) -> subproce
 
 
 def test_two_nodes_train_the_digits_model_as_the_local_launcher_does(ray_cluster, tmp_path) -> None:
-    script_args = ("--epochs", "6", "--examples", "512")
-    # 48 updates in all: the compiled rule as it is, not the warm-up of compensated
+    # 96 updates in all: the compiled rule as it is, not the warm-up of compensated
     # asynchrony's step, which a run this short notices (the choice travels to Ray too).
+    # With half as many, two runs of the same launch read 0.91 to 0.96 on the test set.
+    script_args = ("--epochs", "12", "--examples", "512")
     on_ray = _run(tmp_path / "ray", ray_cluster, "--groups", "2", "--no-compensation", script_args=script_args)
     assert on_ray.returncode == 0, on_ray.stderr[-3000:]
     local = _run(tmp_path / "local", None, "--groups", "2", "--no-compensation", script_args=script_args)
