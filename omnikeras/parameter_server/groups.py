@@ -419,14 +419,26 @@ class GroupCoordinator:
             for worker_id, worker in sorted(self._workers.items()):
                 members[worker.group].append(worker_id)
             layout = GroupLayout(self._layout_version, tuple(tuple(m) for m in members))
+        elif result.layout is None and (result.stop_requested, result.layout_version) == (
+            self._stop_requested,
+            self._layout_version,
+        ):
+            # As of now already (`_next` made it so): the common case, with no copy.
+            return result
         return dataclasses.replace(
             result, stop_requested=self._stop_requested, layout_version=self._layout_version, layout=layout
         )
 
     def _next(self, result: PushResult, group: int) -> PushResult:
-        """`result` naming the batch `group` reads next."""
+        """`result` naming the batch `group` reads next, as of now (see `_reply`)."""
         batch, members = self._batch(group)
-        return dataclasses.replace(result, next_batch=batch, next_members=members)
+        return dataclasses.replace(
+            result,
+            next_batch=batch,
+            next_members=members,
+            stop_requested=self._stop_requested,
+            layout_version=self._layout_version,
+        )
 
     def _batch(self, group: int) -> tuple[int, tuple[int, ...]]:
         """The batch `group` reads at its current step and the members that share it,
@@ -497,7 +509,8 @@ class GroupCoordinator:
         magnitudes = _weighted_magnitudes(contributions, kept)
         if self.model.hyperparameters.compensate_asynchrony:
             share = self._compensation.share(sum(magnitudes.values()))
-            rule = dataclasses.replace(rule, learning_rate=rule.learning_rate * share)
+            if share != 1.0:
+                rule = dataclasses.replace(rule, learning_rate=rule.learning_rate * share)
         if self.measure_momentum:
             self._apply_measured(contributions, rule, kept, magnitudes)
         else:
@@ -855,6 +868,10 @@ def _check_groups(num_groups: int) -> None:
 def _weighted_magnitudes(contributions: list[_Contribution], kept: list[float]) -> dict[str, float]:
     """Bounds on the magnitudes in `_weighted_mean`, from those of the members' gradients
     and the shares of their weight they keep."""
+    if kept == [1.0]:
+        # One member's, whole: the same numbers, without a sum for each variable.
+        magnitudes = contributions[0].magnitudes
+        return {name: magnitudes[name] for name in contributions[0].gradients}
     total = sum(c.example_count for c in contributions)
     return {
         name: sum(c.example_count / total * share * c.magnitudes[name] for c, share in zip(contributions, kept))
