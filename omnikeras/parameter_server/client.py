@@ -213,12 +213,16 @@ class ParameterServerClient:
         loss: float | None = None,
         skip_update: bool = False,
         learning_rate: float | None = None,
+        while_waiting: Callable[[], None] | None = None,
     ) -> tuple[PushResult, PullResult]:
         """`push`, then the weights its group step produced, in one round trip.
 
         With `skip_update` (the worker's loss scale overflowed), the group step updates
         none of the trainable variables, whose gradients the server does not read (zeros
         will do), and `PushResult.update_skipped` says so; see `GroupCoordinator.push`.
+
+        `while_waiting` is called once, after the gradients went out and before the
+        reply is read, so that a caller's own work overlaps the servers'.
 
         Through shared memory the weights are read-only views of the segment, which the
         next `push_pull` overwrites: copy what you keep.
@@ -228,14 +232,21 @@ class ParameterServerClient:
         gradients = {**self._ahead, **gradients}
         self._ahead = {}
         broken: list[str] = []
+        waiting = [while_waiting] if while_waiting is not None else []
+
+        def wait_with_caller() -> None:
+            if waiting:
+                waiting.pop()()
 
         def send(index: int, shard: ShardConnection) -> tuple[PushResult, int, dict[str, np.ndarray]]:
+            # One shard's exchange runs the caller's work: the first's.
+            meanwhile = wait_with_caller if index == 0 else _nothing
             channel = channels[index]
             if channel is not None:
                 header = self._push_header(index, step, example_count, batch, loss, skip_update, learning_rate)
                 mine = self._shard_part(index, gradients)
                 try:
-                    push, version, weights = channel.push_pull(mine, header)
+                    push, version, weights = channel.push_pull(mine, header, meanwhile)
                     return self._result(index, push), version, weights
                 except OSError:
                     # The shard went away (a restart, say): gRPC retries until it is back.
@@ -245,9 +256,13 @@ class ParameterServerClient:
             )
 
             def attempt() -> tuple[PushResult, int, dict[str, np.ndarray]]:
-                header, version, weights = _read_weights(
-                    shard.tensor_stub.PushPull(requests(), timeout=self.timeout, metadata=shard.metadata)
-                )
+                # A streaming call returns at once: the requests go out from gRPC's thread.
+                replies = shard.tensor_stub.PushPull(requests(), timeout=self.timeout, metadata=shard.metadata)
+                try:
+                    meanwhile()
+                finally:
+                    # Read even where the caller's work failed: an unread call is cancelled.
+                    header, version, weights = _read_weights(replies)
                 return self._result(index, header.push), version, weights
 
             return shard.call(attempt)
@@ -564,6 +579,10 @@ class ParameterServerClient:
         if self.worker_id is None:
             raise RuntimeError("register() first")
         return self.worker_id
+
+
+def _nothing() -> None:
+    pass
 
 
 def _read_weights(

@@ -3,7 +3,7 @@
 import mmap
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import grpc
 import numpy as np
@@ -66,11 +66,15 @@ class SharedMemoryChannel:
         self._read_only_weights = {name: _read_only(w) for name, w in self.weights.items()}
 
     def push_pull(
-        self, gradients: Mapping[str, np.ndarray], header: pb.PushHeader
+        self,
+        gradients: Mapping[str, np.ndarray],
+        header: pb.PushHeader,
+        while_waiting: Callable[[], None] = lambda: None,
     ) -> tuple[pb.PushReply, int, dict[str, np.ndarray]]:
         """Pushes `gradients` (every variable of the shard; views that `write` returned
         are in place already) and returns the push's outcome, the weights' version and the
-        weights: read-only views of the segment, valid until the next push."""
+        weights: read-only views of the segment, valid until the next push.
+        `while_waiting` runs between the push and the reply's read."""
         if gradients.keys() != self.gradients.keys():
             raise StatusError(
                 grpc.StatusCode.INVALID_ARGUMENT,
@@ -79,7 +83,12 @@ class SharedMemoryChannel:
         self.write({name: g for name, g in gradients.items() if g is not self.gradients[name]})
         try:
             shared_memory.send(self._connection, header)
-            reply = shared_memory.receive(self._connection, pb.SharedMemoryReply)
+            try:
+                while_waiting()
+            finally:
+                # The reply is read even where the caller's work failed: the next push's
+                # would be taken for it otherwise.
+                reply = shared_memory.receive(self._connection, pb.SharedMemoryReply)
         except TimeoutError:
             self.close()
             raise StatusError(grpc.StatusCode.DEADLINE_EXCEEDED, "no reply from the server in time") from None

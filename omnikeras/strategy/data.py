@@ -41,6 +41,12 @@ class BatchSource(Protocol):
         """Whether the batches can run out (a generator's): `batch` then raises
         `NoMoreBatches`, and the epoch ends there."""
 
+    @property
+    def reads_freely(self) -> bool:
+        """Whether any batch may be read at any time, with nothing changed by reading it
+        (arrays): a worker then reads the batch its next step is likely to take ahead of
+        the reply that names it."""
+
     def batch(self, index: int) -> tuple[np.ndarray, ...]:
         """Batch `index` as NumPy arrays, flattened in the order of `element_spec`'s
         structure (what `tf.nest.flatten` gives)."""
@@ -52,6 +58,7 @@ class ArrayBatches:
     be shared by every member of a group."""
 
     can_end = False
+    reads_freely = True
 
     def __init__(self, x: Any, y: Any, sample_weight: Any, batch_size: int, shuffle: bool | str, seed: int) -> None:
         if not _is_array_structure(x):
@@ -100,6 +107,7 @@ class DatasetBatches:
     shuffles each pass alike on every worker)."""
 
     can_end = False
+    reads_freely = False
 
     def __init__(self, dataset: tf.data.Dataset) -> None:
         cardinality = int(dataset.cardinality())
@@ -140,6 +148,7 @@ class GeneratorBatches:
 
     batches_per_pass = None
     can_end = True
+    reads_freely = False
 
     def __init__(self, generator: Iterator[Any]) -> None:
         self._stream = iter(generator)
@@ -259,10 +268,12 @@ class ShareFeed:
     with several local replicas, a `PerReplica` of each replica's rows. It ends where
     `next_share` gives None (the epoch is over).
 
-    So nothing reads ahead: a dataset's iterator (tf.data's, or a distributed one, which
-    prefetches) would read a share before the exchange that chooses it, and its
-    `get_next` cost the step more than Keras' prefetched one. Reading is idempotent: the
-    element Keras takes to build the model consumes nothing.
+    So no dataset's iterator reads ahead: tf.data's, or a distributed one (which
+    prefetches), would read a share before the exchange that chooses it, and its
+    `get_next` cost the step more than Keras' prefetched one. The worker may hand over
+    the share it expects the next step to read while the servers work on this one
+    (`prepare`), so that its tensors are made off the step's path. Reading is
+    idempotent: the element Keras takes to build the model consumes nothing.
 
     Args:
         element_spec: The batches' structure.
@@ -276,6 +287,7 @@ class ShareFeed:
         self.element_spec = element_spec
         self._next_share = next_share
         self._strategy = strategy
+        self._prepared: tuple[Share, Any] | None = None
 
     def __iter__(self) -> "ShareFeed":
         return self
@@ -286,6 +298,8 @@ class ShareFeed:
             raise StopIteration
         replicas = self._strategy.num_replicas_in_sync
         if replicas == 1:
+            if self._prepared is not None and self._prepared[0] is share:
+                return self._prepared[1]
             return self._tensors(share.arrays)
         parts = [np.array_split(array, replicas) for array in share.arrays]
 
@@ -293,6 +307,12 @@ class ShareFeed:
             return self._tensors(tuple(part[context.replica_id_in_sync_group] for part in parts))
 
         return self._strategy.experimental_distribute_values_from_function(rows)
+
+    def prepare(self, share: Share) -> None:
+        """Makes the tensors of `share` now, for the `next` that reads this very share
+        (with one local replica; with several, they are made as it is read)."""
+        if self._strategy.num_replicas_in_sync == 1:
+            self._prepared = (share, self._tensors(share.arrays))
 
     def _tensors(self, arrays: tuple[np.ndarray, ...]) -> Any:
         return tf.nest.pack_sequence_as(self.element_spec, [tf.convert_to_tensor(a) for a in arrays])

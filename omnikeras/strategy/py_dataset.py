@@ -35,6 +35,8 @@ class PyDatasetBatches:
     """
 
     can_end = False
+    # Reading moves its passes on (`on_epoch_end`) and its reads ahead.
+    reads_freely = False
 
     def __init__(
         self, dataset: keras.utils.PyDataset, shuffle: bool | str, seed: int, class_weight: Mapping[int, float] | None

@@ -53,6 +53,12 @@ class ClusterWorker:
         self.next_batch = 0
         self._next_members: tuple[int, ...] = ()
         self._share: data.Share | None = None
+        # The share read ahead for the batch the next step will likely take, with that
+        # batch and the place it was read for; the feed that makes the steps' tensors;
+        # and how far apart this worker's last two batches were.
+        self._share_ahead: tuple[int, GroupPlace, data.Share] | None = None
+        self._feed: data.ShareFeed | None = None
+        self._batch_stride = 1
         # The dataset `fit` is given for the shares (`data.stand_in`); where its epochs are
         # passes over the data, the batches in a pass, and the pass the epoch under way
         # began in.
@@ -108,6 +114,7 @@ class ClusterWorker:
         its group reads in its place (`feed`), chosen as each step's reply names the next
         batch. With `epochs_by_pass`, each epoch ends where a pass over the data ends."""
         self.source = source
+        self._share_ahead = None
         self._choose_share()
         self._batches_per_epoch = source.batches_per_pass if epochs_by_pass else None
         # Keras reads a first element to build the model before the first epoch begins.
@@ -118,9 +125,10 @@ class ClusterWorker:
     def feed(self, strategy: tf.distribute.Strategy) -> data.ShareFeed:
         """The shares, as the train step reads them (see `read_from`)."""
         assert self.source is not None, "read_from chooses the first share"
-        return data.ShareFeed(
+        self._feed = data.ShareFeed(
             self.source.element_spec, lambda: None if self.epoch_over() else self._share, strategy
         )
+        return self._feed
 
     def begin_epoch(self) -> None:
         """Notes the pass over the data that the epoch beginning now begins in."""
@@ -181,12 +189,34 @@ class ClusterWorker:
         return math.ceil(self.source.batches_per_pass * self.place.part_of_batches(self.config.throughput_of, workers))
 
     def _choose_share(self) -> None:
-        """Takes this worker's share of the batch its group reads next."""
+        """Takes this worker's share of the batch its group reads next: the one read
+        ahead, where it was read for this batch and place."""
         assert self.source is not None
+        place = self._place_in_next_batch()
+        if self._share is not None and self.next_batch > self._share.batch >= 0:
+            self._batch_stride = self.next_batch - self._share.batch
+        ahead, self._share_ahead = self._share_ahead, None
+        if ahead is not None and ahead[:2] == (self.next_batch, place):
+            self._share = ahead[2]
+            return
         try:
-            self._share = data.share_of(self.source, self.next_batch, self._place_in_next_batch())
+            self._share = data.share_of(self.source, self.next_batch, place)
         except data.NoMoreBatches:
             self._share = data.Share.end()
+
+    def _read_share_ahead(self) -> None:
+        """While the servers work on this step's update, reads the share of the batch
+        the next step will likely take (as far on as the last two were apart, in the same
+        place) and makes its tensors, where the source reads freely: they are ready when
+        the reply names that batch, and dropped where it names another."""
+        share, place = self._share, self.place
+        if self.source is None or not self.source.reads_freely or share is None or share.batch < 0 or place is None:
+            return
+        batch = share.batch + self._batch_stride
+        ahead = data.share_of(self.source, batch, place)
+        if self._feed is not None:
+            self._feed.prepare(ahead)
+        self._share_ahead = (batch, place, ahead)
 
     def _place_in_next_batch(self) -> GroupPlace:
         """This worker's place among the members that share the next batch: they were its
@@ -539,6 +569,7 @@ class ClusterWorker:
                 loss=loss,
                 skip_update=skip_update,
                 learning_rate=learning_rate,
+                while_waiting=self._read_share_ahead,
             )
         except grpc.RpcError as error:
             if error.code() == grpc.StatusCode.ABORTED:

@@ -197,3 +197,57 @@ def test_a_stopped_server_leaves_no_socket_behind(start_server) -> None:
     assert os.path.exists(directory)
     server.stop()
     assert not os.path.exists(directory)
+
+
+@pytest.mark.parametrize("shared_memory", [True, False], ids=["shared-memory", "grpc"])
+def test_the_caller_s_work_runs_once_while_its_push_is_out(start_server, shared_memory: bool) -> None:
+    # A group of two: the other member's push completes the group step only where this
+    # member's push reached the server before `while_waiting` ran.
+    server = start_server("--group-timeout", "10")
+    first, second = (ParameterServerClient([server.address], shared_memory=shared_memory) for _ in range(2))
+    first.register(), second.register()
+    first.init_model(WEIGHTS, Hyperparameters(1.0))
+    gradients = {n: np.full(w.shape, 2.0, np.float32) for n, w in WEIGHTS.items()}
+    completed = []
+
+    def other_member_pushes() -> None:
+        completed.append(second.push_pull(gradients, step=1, example_count=1))
+
+    push, pulled = first.push_pull(gradients, step=1, example_count=1, while_waiting=other_member_pushes)
+    assert len(completed) == 1
+    assert push.members_combined == 2 and completed[0][0].members_combined == 2
+    np.testing.assert_array_equal(pulled.weights["bias"], WEIGHTS["bias"] - 2.0)
+    assert first.shared_memory_shards == ([server.address] if shared_memory else [])
+
+
+@pytest.mark.parametrize("shared_memory", [True, False], ids=["shared-memory", "grpc"])
+def test_a_failure_of_the_caller_s_work_leaves_the_exchange_in_step(start_server, shared_memory: bool) -> None:
+    server = start_server()
+    client = ParameterServerClient([server.address], shared_memory=shared_memory)
+    client.register()
+    client.init_model(WEIGHTS, Hyperparameters(1.0))
+    ones = {n: np.ones(w.shape, np.float32) for n, w in WEIGHTS.items()}
+
+    def fails() -> None:
+        raise RuntimeError("the caller's own work failed")
+
+    with pytest.raises(RuntimeError, match="own work failed"):
+        client.push_pull(ones, step=1, example_count=1, while_waiting=fails)
+    # The failed call's push was applied; the next exchange reads its own reply.
+    push, pulled = client.push_pull(ones, step=2, example_count=1)
+    assert pulled.model_version == 2 and push.iterations == 2
+    np.testing.assert_array_equal(pulled.weights["bias"], WEIGHTS["bias"] - 2.0)
+
+
+def test_the_caller_s_work_runs_once_across_shards(start_server) -> None:
+    addresses = [start_server().address, start_server().address]
+    client = ParameterServerClient(addresses)
+    client.register()
+    client.init_model(WEIGHTS, Hyperparameters(1.0))
+    calls = []
+    _, pulled = client.push_pull(
+        {n: np.ones(w.shape, np.float32) for n, w in WEIGHTS.items()}, step=1, example_count=1,
+        while_waiting=lambda: calls.append(1),
+    )
+    assert calls == [1]
+    assert set(pulled.weights) == set(WEIGHTS) and pulled.model_version == 1

@@ -199,3 +199,26 @@ def test_reads_ahead_that_reach_passes_further_on_leave_the_current_pass_s_order
     sources = [data.batch_source(d, None, None, 2, True, 7) for d in items]
     reads = [[int(s.batch(i)[0][0, 0]) for i in (0, 7, 8, 9)] for s in sources]
     assert reads[0] == reads[1]
+
+
+def test_a_prepared_share_is_read_as_prepared_and_any_other_share_as_it_comes() -> None:
+    prepared = data.Share(1, (np.array([1, 2]),))
+    shares = _Shares(prepared)
+    feed = data.ShareFeed(tf.TensorSpec((None,), tf.int64), shares, tf.distribute.get_strategy())
+    feed.prepare(prepared)
+    first = next(feed)
+    assert first is next(feed), "the tensors made ahead"
+    assert first.numpy().tolist() == [1, 2]
+    # Equal rows, but not the share prepared: read as it comes.
+    shares.share = data.Share(1, (np.array([3, 4]),))
+    assert next(feed).numpy().tolist() == [3, 4]
+
+
+def test_only_arrays_are_read_freely() -> None:
+    # The others' reading moves them on: a stream's position, a PyDataset's passes.
+    x = np.zeros((8, 2), np.float32)
+    assert data.batch_source(x, np.zeros(8), None, 4, True, 0).reads_freely
+    dataset = tf.data.Dataset.from_tensor_slices((x, np.zeros(8))).batch(4)
+    assert not data.batch_source(dataset, None, None, 4, True, 0).reads_freely
+    assert not data.batch_source(iter([(x[:4], np.zeros(4))] * 3), None, None, 4, True, 0).reads_freely
+    assert not data.batch_source(_Items(), None, None, 2, True, 0).reads_freely

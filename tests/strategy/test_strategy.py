@@ -15,6 +15,7 @@ import tensorflow as tf
 import omnikeras
 from omnikeras import ParameterServer, ParameterServerClient, WorkerConfig
 from omnikeras.config import ENV_VAR
+from omnikeras.strategy.worker import ClusterWorker
 
 
 def _model(strategy: omnikeras.GroupedAsyncStrategy, optimizer: type, **settings: float) -> keras.Model:
@@ -579,3 +580,50 @@ def test_validation_builds_its_dataset_once_an_epoch_not_at_every_step(server, m
     # 12 training steps and 12 validation steps an epoch: Keras builds validation's dataset
     # as its iterator is made, each epoch, and no step asks for it again.
     assert len(built) <= 2
+
+
+class _SharesRead(keras.callbacks.Callback):
+    """Notes, as each step begins, whether the share it reads is one read ahead."""
+
+    def __init__(self, worker: ClusterWorker, read_ahead: list[object]) -> None:
+        super().__init__()
+        self.worker = worker
+        self.read_ahead = read_ahead
+        self.ahead: list[bool] = []
+
+    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+        share = self.worker._share
+        self.ahead.append(any(share is ahead for ahead in self.read_ahead))
+
+
+@pytest.mark.parametrize("shared_memory", [True, False], ids=["shared-memory", "grpc"])
+def test_steps_read_the_shares_read_ahead_and_train_the_same_bits_as_without(monkeypatch, shared_memory: bool) -> None:
+    trained, read_ahead_by_run = [], []
+    for read_ahead in (True, False):
+        server = ParameterServer()
+        server.start()
+        try:
+            keras.utils.set_random_seed(0)
+            strategy = omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,), shared_memory=shared_memory))
+            worker = strategy.worker
+            shares_ahead: list[object] = []
+            read_share_ahead = worker._read_share_ahead
+
+            def noting_read_ahead(read_share_ahead=read_share_ahead, shares_ahead=shares_ahead, worker=worker) -> None:
+                read_share_ahead()
+                if worker._share_ahead is not None:
+                    shares_ahead.append(worker._share_ahead[2])
+
+            monkeypatch.setattr(worker, "_read_share_ahead", noting_read_ahead if read_ahead else lambda: None)
+            model = _model(strategy, keras.optimizers.SGD, learning_rate=0.5, momentum=0.5)
+            shares_read = _SharesRead(worker, shares_ahead)
+            model.fit(*_data(), batch_size=32, epochs=3, verbose=0, callbacks=[shares_read])
+            trained.append(model.get_weights())
+            read_ahead_by_run.append(shares_read.ahead)
+        finally:
+            server.stop()
+    # Each step after the first read the share read ahead while the server worked.
+    assert read_ahead_by_run[0] == [False] + [True] * 8
+    assert read_ahead_by_run[1] == [False] * 9
+    for with_read_ahead, without in zip(*trained):
+        np.testing.assert_array_equal(with_read_ahead, without)
