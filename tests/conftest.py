@@ -1,7 +1,9 @@
 """Fixtures that start real omnikeras processes for end-to-end tests."""
 
+import atexit
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -15,7 +17,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # The suite's launches measure the CPU thread settings under the suite's own load: into a
 # cache of the suite's, not the user's, whose later launches would take them (one intra-op
 # thread, measured while the suite ran, slowed a launched step by a third).
-os.environ.setdefault("OMNIKERAS_CACHE_DIR", tempfile.mkdtemp(prefix="omnikeras-test-cache-"))
+if "OMNIKERAS_CACHE_DIR" not in os.environ:
+    os.environ["OMNIKERAS_CACHE_DIR"] = tempfile.mkdtemp(prefix="omnikeras-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["OMNIKERAS_CACHE_DIR"], ignore_errors=True)
 # Before anything imports Ray: every Ray cluster, driver and worker of the tests on loopback.
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"

@@ -5,10 +5,13 @@ import hmac
 import logging
 import mmap
 import os
+import pathlib
 import shutil
 import socket
+import stat
 import tempfile
 import threading
+import time
 
 import grpc
 import numpy as np
@@ -25,6 +28,11 @@ from omnikeras.parameter_server.shared_memory import SegmentLayout
 from omnikeras.v1 import parameter_server_pb2 as pb
 
 logger = logging.getLogger(__name__)
+
+DIRECTORY_PREFIX = "omnikeras-ps-"
+SOCKET_NAME = "exchange.sock"
+# A server may not listen yet this long after it made its directory.
+STALE_AFTER_SECONDS = 60.0
 
 
 class _Unauthenticated(ParameterServerError):
@@ -44,9 +52,10 @@ class SharedMemoryServer:
         self.coordinator = coordinator
         self.server_id = server_id
         self._token = token
+        remove_stale_directories(pathlib.Path(tempfile.gettempdir()))
         # Only this user may enter the directory, so only this user reaches the socket.
-        self._directory = tempfile.mkdtemp(prefix="omnikeras-ps-")
-        self.socket_path = os.path.join(self._directory, "exchange.sock")
+        self._directory = tempfile.mkdtemp(prefix=DIRECTORY_PREFIX)
+        self.socket_path = os.path.join(self._directory, SOCKET_NAME)
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._listener.bind(self.socket_path)
         self._listener.listen(64)
@@ -169,6 +178,39 @@ class SharedMemoryServer:
         except ParameterServerError as error:
             return _status_reply(error)
         return pb.SharedMemoryReply(push=result.to_proto(), model_version=version)
+
+
+def remove_stale_directories(parent: pathlib.Path) -> None:
+    """Removes this user's socket directories in `parent` whose server is gone: a server
+    killed before it could close (SIGKILL, the kernel's out-of-memory killer) leaves its
+    directory behind. Gone means that its socket refuses connections, or that it has
+    none; directories younger than `STALE_AFTER_SECONDS` are left, since their server may
+    not listen yet."""
+    now = time.time()
+    for directory in parent.glob(f"{DIRECTORY_PREFIX}*"):
+        try:
+            info = directory.lstat()
+        except OSError:
+            continue
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or now - info.st_mtime < STALE_AFTER_SECONDS:
+            continue
+        if not _listening(directory / SOCKET_NAME):
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def _listening(path: pathlib.Path) -> bool:
+    """Whether a server listens on the socket at `path`; True where it cannot be told."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(str(path))
+    except (FileNotFoundError, ConnectionRefusedError):
+        return False
+    except OSError:
+        return True
+    finally:
+        probe.close()
+    return True
 
 
 def _status_reply(error: ParameterServerError) -> pb.SharedMemoryReply:

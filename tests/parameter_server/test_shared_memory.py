@@ -1,14 +1,21 @@
 """The shared-memory segment's layout and the exchange's messages."""
 
 import mmap
+import os
+import pathlib
 import socket
+import tempfile
+import time
 
 import grpc
 import numpy as np
 import pytest
 
-from omnikeras.parameter_server import shared_memory
+from omnikeras.parameter_server import Hyperparameters, shared_memory
+from omnikeras.parameter_server.groups import GroupCoordinator
+from omnikeras.parameter_server.model_state import ModelState
 from omnikeras.parameter_server.shared_memory import SegmentLayout, StatusError
+from omnikeras.parameter_server.shared_memory_server import DIRECTORY_PREFIX, SOCKET_NAME, SharedMemoryServer
 from omnikeras.parameter_server.tensors import VariableSpec
 from omnikeras.v1 import parameter_server_pb2 as pb
 
@@ -67,3 +74,37 @@ def test_a_status_reads_like_a_grpc_error() -> None:
     assert isinstance(error, grpc.RpcError)
     assert error.code() == grpc.StatusCode.ABORTED
     assert error.details() == "restored"
+
+
+def test_a_server_removes_the_directories_of_servers_killed_before_they_closed(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    listening = []
+
+    def made(name: str, bound: bool, listens: bool = False, age: float = 3600.0) -> pathlib.Path:
+        directory = tmp_path / f"{DIRECTORY_PREFIX}{name}"
+        directory.mkdir()
+        if bound:
+            server_socket = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            server_socket.bind(str(directory / SOCKET_NAME))
+            if listens:
+                server_socket.listen()
+                listening.append(server_socket)
+            else:
+                server_socket.close()
+        os.utime(directory, (time.time() - age,) * 2)
+        return directory
+
+    killed, unbound = made("killed", bound=True), made("unbound", bound=False)
+    starting, live = made("starting", bound=True, age=1.0), made("live", bound=True, listens=True)
+    log = tmp_path / f"{DIRECTORY_PREFIX}server.log"
+    log.write_text("a server's log")
+    server = SharedMemoryServer(GroupCoordinator(ModelState(Hyperparameters())), "server")
+    try:
+        assert not killed.exists() and not unbound.exists()
+        assert starting.exists() and live.exists() and log.exists()
+        assert pathlib.Path(server.socket_path).parent.parent == tmp_path
+    finally:
+        server.close()
+        for server_socket in listening:
+            server_socket.close()
+    assert not pathlib.Path(server.socket_path).parent.exists()

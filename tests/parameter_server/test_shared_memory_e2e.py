@@ -1,7 +1,9 @@
 """push_pull through shared memory with a real server process on this host."""
 
 import os
+import pathlib
 import threading
+import time
 
 import grpc
 import numpy as np
@@ -11,6 +13,7 @@ from omnikeras import Hyperparameters, ParameterServer, ParameterServerClient
 from omnikeras.parameter_server.errors import Refusal, refusal_of
 from omnikeras.parameter_server.shared_memory import StatusError
 from omnikeras.parameter_server.shared_memory_client import SharedMemoryChannel
+from omnikeras.parameter_server.shared_memory_server import STALE_AFTER_SECONDS
 
 WEIGHTS = {"kernel": np.linspace(-1, 1, 600, dtype=np.float32).reshape(20, 30), "bias": np.zeros(30, np.float32)}
 HYPERPARAMETERS = Hyperparameters(0.05, momentum=0.9, settings={"nesterov": 1.0})
@@ -251,3 +254,16 @@ def test_the_caller_s_work_runs_once_across_shards(start_server) -> None:
     )
     assert calls == [1]
     assert set(pulled.weights) == set(WEIGHTS) and pulled.model_version == 1
+
+
+def test_a_killed_server_s_socket_directory_goes_with_the_next_server(start_server) -> None:
+    killed = start_server()
+    directory = pathlib.Path(ParameterServerClient([killed.address]).describe().shared_memory_socket).parent
+    killed.kill()
+    killed.process.wait(30)
+    assert directory.exists(), "a killed server cannot remove its directory"
+    # Older than a server that may not listen yet.
+    os.utime(directory, (time.time() - 2 * STALE_AFTER_SECONDS,) * 2)
+    started = start_server()
+    assert not directory.exists()
+    assert pathlib.Path(ParameterServerClient([started.address]).describe().shared_memory_socket).exists()
