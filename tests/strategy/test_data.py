@@ -1,6 +1,7 @@
 """The batches by index and each worker's share: together the workers read each example
 once per pass, however the server hands the batches out."""
 
+import collections
 
 import keras
 import numpy as np
@@ -133,6 +134,20 @@ def test_the_feed_gives_a_share_in_the_structure_of_the_batches() -> None:
     shares = _Shares(data.Share(4, (np.ones((3, 2), np.float32), np.array([7, 8, 9]))))
     (x, y) = next(data.ShareFeed(spec, shares, tf.distribute.get_strategy()))
     assert x["image"].shape == (3, 2) and x["image"].dtype == tf.float32 and y.numpy().tolist() == [7, 8, 9]
+
+
+@pytest.mark.parametrize(
+    "structure",
+    [lambda x, y: (x, y), lambda x, y: (x,), lambda x, y: x, lambda x, y: collections.namedtuple("Batch", "x y")(x, y)],
+    ids=["pair", "one-tuple", "bare", "namedtuple"],
+)
+def test_the_feed_keeps_flat_structures_as_they_are(structure) -> None:
+    spec = structure(tf.TensorSpec((None, 2), tf.float32), tf.TensorSpec((None,), tf.int64))
+    arrays = (np.ones((3, 2), np.float32), np.array([7, 8, 9]))[: len(tf.nest.flatten(spec))]
+    element = next(data.ShareFeed(spec, _Shares(data.Share(0, arrays)), tf.distribute.get_strategy()))
+    assert type(element) is type(spec) if tf.nest.is_nested(spec) else isinstance(element, tf.Tensor)
+    for tensor, array in zip(tf.nest.flatten(element), arrays, strict=True):
+        np.testing.assert_array_equal(tensor.numpy(), array)
 
 
 def test_the_dataset_fit_is_given_has_the_batches_structure_and_nothing_to_read() -> None:
