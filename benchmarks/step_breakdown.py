@@ -8,7 +8,8 @@ weights prepared beforehand (what the hook and the worker cost alone); the
 strategy over gRPC; the strategy through shared memory (the default on one host). For
 the two real exchanges it times, per step, the exchange as the step sees it (the
 `numpy_function` body), and inside it the copy of the gradients into the segment and the
-wait for the server's reply; the server reports its own mean time per update. Each way's
+wait for the server's reply (what is left of it after the worker read its next share
+ahead, which it does first); the server reports its own mean time per update. Each way's
 cost over plain Keras in the table is the median over the rounds of its difference from
 plain Keras in the same round, since the machine's speed drifts between rounds.
 
@@ -104,8 +105,12 @@ class PreparedReplies:
         loss: float | None = None,
         skip_update: bool = False,
         learning_rate: float | None = None,
+        while_waiting: Callable[[], None] | None = None,
     ) -> tuple[PushResult, PullResult]:
         gradients, self._ahead = {**self._ahead, **gradients}, {}
+        if while_waiting is not None:
+            # With no server to wait for, the worker's own work in the wait is all there is.
+            while_waiting()
         for name, gradient in gradients.items():
             if name not in self._weights:
                 room = np.zeros(gradient.nbytes + 64, np.uint8)
