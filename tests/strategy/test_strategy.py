@@ -5,7 +5,8 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import keras
 import numpy as np
@@ -15,6 +16,7 @@ import tensorflow as tf
 import omnikeras
 from omnikeras import ParameterServer, ParameterServerClient, WorkerConfig
 from omnikeras.config import ENV_VAR
+from omnikeras.strategy import data
 from omnikeras.strategy.worker import ClusterWorker
 
 
@@ -92,20 +94,27 @@ def test_a_missing_worker_is_reported_rather_than_awaited(server) -> None:
         model.fit(*_data(), batch_size=32, epochs=1, verbose=0)
 
 
+@contextmanager
+def _fresh_server() -> Iterator[ParameterServer]:
+    """A parameter server of its own for each of a test's trainings, which it compares."""
+    server = ParameterServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 def test_shared_memory_and_grpc_train_bit_identical_models() -> None:
     trained = {}
     for shared_memory in (True, False):
-        server = ParameterServer()
-        server.start()
-        try:
+        with _fresh_server() as server:
             keras.utils.set_random_seed(0)
             strategy = omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,), shared_memory=shared_memory))
             model = _model(strategy, keras.optimizers.SGD, learning_rate=0.5, momentum=0.5)
             model.fit(*_data(), batch_size=32, epochs=3, verbose=0)
             assert strategy.worker.client.shared_memory_shards == ([server.address] if shared_memory else [])
             trained[shared_memory] = model.get_weights()
-        finally:
-            server.stop()
     for through_memory, through_grpc in zip(trained[True], trained[False]):
         np.testing.assert_array_equal(through_memory, through_grpc)
 
@@ -600,28 +609,21 @@ class _SharesRead(keras.callbacks.Callback):
 def test_steps_read_the_shares_read_ahead_and_train_the_same_bits_as_without(monkeypatch, shared_memory: bool) -> None:
     trained, read_ahead_by_run = [], []
     for read_ahead in (True, False):
-        server = ParameterServer()
-        server.start()
-        try:
+        with _fresh_server() as server:
             keras.utils.set_random_seed(0)
             strategy = omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,), shared_memory=shared_memory))
-            worker = strategy.worker
+            # The shares read ahead, as the feed is handed them.
             shares_ahead: list[object] = []
-            read_share_ahead = worker._read_share_ahead
-
-            def noting_read_ahead(read_share_ahead=read_share_ahead, shares_ahead=shares_ahead, worker=worker) -> None:
-                read_share_ahead()
-                if worker._share_ahead is not None:
-                    shares_ahead.append(worker._share_ahead[2])
-
-            monkeypatch.setattr(worker, "_read_share_ahead", noting_read_ahead if read_ahead else lambda: None)
+            prepare = data.ShareFeed.prepare
+            monkeypatch.setattr(data.ShareFeed, "prepare", lambda feed, share: (shares_ahead.append(share), prepare(feed, share)))
+            if not read_ahead:
+                monkeypatch.setattr(strategy.worker, "_read_share_ahead", lambda: None)
             model = _model(strategy, keras.optimizers.SGD, learning_rate=0.5, momentum=0.5)
-            shares_read = _SharesRead(worker, shares_ahead)
+            shares_read = _SharesRead(strategy.worker, shares_ahead)
             model.fit(*_data(), batch_size=32, epochs=3, verbose=0, callbacks=[shares_read])
             trained.append(model.get_weights())
             read_ahead_by_run.append(shares_read.ahead)
-        finally:
-            server.stop()
+            monkeypatch.undo()
     # Each step after the first read the share read ahead while the server worked.
     assert read_ahead_by_run[0] == [False] + [True] * 8
     assert read_ahead_by_run[1] == [False] * 9
