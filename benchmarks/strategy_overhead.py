@@ -5,8 +5,10 @@ What users compare: the same script's model, data and batch, trained by plain Ke
 server (the launcher's defaults: on this host the worker exchanges with the server
 through shared memory). Two models: the main job's CNN (`examples/fashion_mnist.py`,
 about 225K parameters) and the reference CNN (`omnikeras.profiles.reference_cnn`, about
-1.2M), both with SGD(0.01, momentum 0.9); and the main job's CNN with Keras' default Adam
-(its moments on the server, against plain Keras' Adam). Each run is a fresh process (`step_time_worker.py`) that trains on Fashion-MNIST
+1.2M), both with SGD(0.01, momentum 0.9); the main job's CNN with Keras' default Adam
+(its moments on the server, against plain Keras' Adam); and a deep MLP of 64 small dense
+layers with SGD (`step_time_worker.deep_mlp`: 128 variables, where the server's cost by
+variable shows). Each run is a fresh process (`step_time_worker.py`) that trains on Fashion-MNIST
 with batch 64 and times its steps after a warm-up. Each runs with the threads users get:
 plain Keras TensorFlow's defaults, the launched worker what the launcher chooses (two
 inter-op threads at least: the exchange holds one while backpropagation goes on). Plain and launched runs alternate, round after round,
@@ -21,7 +23,7 @@ likewise; each figure is the median over the rounds of the ratio of mean epoch t
 
 The last line of stdout is one JSON object: `{"step_time_vs_plain_keras_main": ..,
 "step_time_vs_plain_keras_reference": .., "step_time_vs_plain_keras_adam": ..,
-"epoch_time_vs_plain_keras_main": .., "epoch_after_first_batch_vs_plain_keras_main": ..}`;
+"step_time_vs_plain_keras_deep": .., "epoch_time_vs_plain_keras_main": .., "epoch_after_first_batch_vs_plain_keras_main": ..}`;
 the last is the epoch figure from each epoch's first batch on, which leaves out plain
 Keras' occasional wait of seconds for an epoch's first batch (see docs/benchmarks.md).
 Progress goes to stderr. `--quick` runs one short round, for a correctness check.
@@ -44,7 +46,7 @@ WORKER_SCRIPT = pathlib.Path(__file__).with_name("step_time_worker.py")
 EPOCH_SCRIPT = pathlib.Path(__file__).with_name("epoch_time_worker.py")
 MAIN_JOB = pathlib.Path(__file__).resolve().parent.parent / "examples" / "fashion_mnist.py"
 # Figure name -> the model and optimizer it times.
-CASES = {"main": ("main", "sgd"), "reference": ("reference", "sgd"), "adam": ("main", "adam")}
+CASES = {"main": ("main", "sgd"), "reference": ("reference", "sgd"), "adam": ("main", "adam"), "deep": ("deep", "sgd")}
 
 
 def log(message: str) -> None:
@@ -96,7 +98,7 @@ def main() -> int:
                     raise RuntimeError(f"expected {steps} steps, got {launched['steps']} and {plain['steps']}")
                 ratios[case].append(launched["mean_step_s"] / plain["mean_step_s"])
                 log(
-                    f"round {round_index + 1}/{rounds}, {model} CNN with {optimizer} ({plain['parameters']:,} parameters): "
+                    f"round {round_index + 1}/{rounds}, {model} model with {optimizer} ({plain['parameters']:,} parameters): "
                     f"plain {plain['mean_step_s'] * 1e3:.2f} ms/step (median {plain['median_step_s'] * 1e3:.2f}), "
                     f"launched {launched['mean_step_s'] * 1e3:.2f} ms/step (median {launched['median_step_s'] * 1e3:.2f}, "
                     f"{'shared memory' if launched['shared_memory'] else 'gRPC'}), ratio {ratios[case][-1]:.3f}"

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from omnikeras.parameter_server import parallel, tensors
+from omnikeras.parameter_server import tensors
 from omnikeras.parameter_server.compensation import AsynchronyCompensation, Guards, InForce, effective_step
 from omnikeras.parameter_server.errors import (
     Aborted,
@@ -305,8 +305,7 @@ class GroupCoordinator:
         returns their version; no group step changes them halfway."""
         with self._cond:
             self.model.require_initialized()
-            for name, array in out.items():
-                parallel.copy(array, self.model.weights[name])
+            self.model.copy_weights_into(out)
             return self.model.version
 
     def count_rejected_non_finite(self) -> None:

@@ -12,6 +12,11 @@ arrive; see `Optimizer.bounds_after`); only an update whose bound comes near the
 limit is measured exactly and, if still near it, tried on copies first. The other
 optimizers' updates are computed into new arrays and checked before they are put in
 place.
+
+Where every variable has one dtype and one rule applies to all (no constraint, moving
+average, gradient accumulation or weight decay left out of some, one optimizer), the
+update runs over the weights and state as whole buffers (see `flat_state`), its bound
+carried for all of them at once.
 """
 
 import dataclasses
@@ -22,10 +27,12 @@ from collections.abc import Iterator, Mapping
 
 import numpy as np
 
-from omnikeras.parameter_server import tensors
+from omnikeras.parameter_server import parallel, tensors
+from omnikeras.parameter_server.buffer_layout import BufferLayout, FlatArrays
 from omnikeras.parameter_server.errors import FailedPrecondition, NonFinite
+from omnikeras.parameter_server.flat_state import FlatState
 from omnikeras.parameter_server.optimizers import Step
-from omnikeras.parameter_server.optimizers.base import Bounds, Slots, decayed
+from omnikeras.parameter_server.optimizers.base import Bounds, Slots, blas_for, decayed
 from omnikeras.parameter_server.optimizers.sgd import apply_weight_decay
 from omnikeras.parameter_server.server_state import Arrays, OptimizerState
 from omnikeras.parameter_server.update_rule import Hyperparameters
@@ -53,6 +60,10 @@ class ModelState:
         self._pull_cache: _EncodedWeights | None = None
         # Upper bounds on each variable's largest magnitude, exact when first needed.
         self._bounds: dict[str, Bounds] = {}
+        # The buffers of the update over all variables at once, made at its first use, and
+        # the bound it carries for all of them, valid at the version it names.
+        self._flat: FlatState | None = None
+        self._flat_bound: tuple[int, Bounds] | None = None
 
     @property
     def hyperparameters(self) -> Hyperparameters:
@@ -70,6 +81,7 @@ class ModelState:
         ):
             self.slots = {}
             self._bounds = {}
+            self._flat_bound = None
         self._hyperparameters = rule
 
     def restart_optimizer(self) -> None:
@@ -77,6 +89,7 @@ class ModelState:
         no iteration (a schedule starts over)."""
         self.slots = {}
         self._bounds = {}
+        self._flat_bound = None
         self.iterations = 0
 
     @property
@@ -114,6 +127,8 @@ class ModelState:
         self.version = version
         self._pull_cache = None
         self._bounds = {}
+        self._flat = None
+        self._flat_bound = None
 
     def replace(
         self, weights: Mapping[str, np.ndarray], hyperparameters: Hyperparameters, version: int, fresh_optimizer: bool
@@ -178,7 +193,8 @@ class ModelState:
             self.updates,
         )
         if rule.rule.carries_bounds:
-            self._apply_bounded(gradients, magnitudes, step)
+            if not self._apply_flat(gradients, magnitudes, step):
+                self._apply_bounded(gradients, magnitudes, step)
         else:
             self._apply_checked(gradients, step)
         if rule.overwrites_with_average(step.iteration):
@@ -235,6 +251,90 @@ class ModelState:
                 self._update(name, weight, gradients[name], step)
         # Every bound is set by now: within the limit, or measured after the update.
         self._bounds = {name: bound for name, bound in bounds.items() if bound is not None}
+
+    def _apply_flat(
+        self, gradients: Mapping[str, np.ndarray], magnitudes: Mapping[str, float] | None, step: Step
+    ) -> bool:
+        """The update over whole buffers, where one rule applies to every variable and
+        the bound it carries for all of them stays within the dtype's limit; False, with
+        nothing changed, where it does not apply (the update then goes by variable)."""
+        rule = self.hyperparameters
+        flat = self._flat_state()
+        if flat is None:
+            return False
+        trained, spans = flat.trained(rule.statistics)
+        if not trained or not _one_rule(rule, trained):
+            return False
+        optimizer = rule.rule
+        region = flat.gradient_region(gradients)
+        change = sum(magnitudes.values()) if magnitudes is not None else tensors.abs_sum(region)
+        if not math.isfinite(change):
+            return False
+        bound = self._flat_bound
+        before = bound[1] if bound is not None and bound[0] == self.version else self._summed_bound(trained)
+        decay = rule.weight_decay_of(next(iter(trained)))
+        decayed_before = dataclasses.replace(before, weight=before.weight * abs(1 - step.learning_rate * decay))
+        after = optimizer.bounds_after(decayed_before, change, step, region.dtype)
+        if after is None:
+            return False
+        # The statistics take their changes as they are.
+        after = dataclasses.replace(after, weight=max(after.weight, before.weight + change))
+        if not after.within(region.dtype):
+            return False
+        names = set(flat.slots) | optimizer.slots(region[:0], step).keys()
+        self._finish_pulls()
+        if not flat.binds(self.weights, self.slots, trained) or not names <= flat.slots.keys():
+            names |= {slot for name in trained for slot in self.slots.get(name, {})}
+            flat.bind(self.weights, self.slots, trained, names)
+        weights = flat.weights.region
+        assert weights is not None
+        for span in spans:
+            if decay:
+                apply_weight_decay(weights[span], step.learning_rate * decay)
+            optimizer.update_in_place(weights[span], region[span], _spanned(flat.slots, span), step)
+        for name in rule.statistics & self.weights.keys():
+            self.weights[name] += gradients[name]
+        self._bounds = {}
+        # `apply` counts the update next.
+        self._flat_bound = (self.version + 1, after)
+        return True
+
+    def _flat_state(self) -> FlatState | None:
+        """The buffers for the update over all variables, where they share one dtype that
+        BLAS updates in place."""
+        if self._flat is None:
+            layout = BufferLayout.of(self.specs)
+            if layout.dtype is None or blas_for(np.zeros(0, layout.dtype)) is None:
+                return None
+            self._flat = FlatState(layout)
+        return self._flat
+
+    def _summed_bound(self, trained: frozenset[str]) -> Bounds:
+        """A bound for every variable at once, from their sums of magnitudes."""
+        weight = max(tensors.abs_sum(w) for w in self.weights.values())
+        slots: dict[str, float] = {}
+        for name in trained:
+            for slot, array in self.slots.get(name, {}).items():
+                slots[slot] = max(slots.get(slot, 0.0), tensors.abs_sum(array))
+        return Bounds(weight, slots)
+
+    def copy_weights_into(self, out: Mapping[str, np.ndarray]) -> None:
+        """Copies the weights into `out` (arrays of the model's specs, by name): in one
+        pass where both are buffers laid out alike."""
+        flat = self._flat
+        if (
+            flat is not None
+            and isinstance(out, FlatArrays)
+            and out.region is not None
+            and out.layout.variables_digest == flat.layout.variables_digest
+            and out.intact()
+            and all(self.weights[name] is view for name, view in flat.weights.items())
+        ):
+            assert flat.weights.region is not None
+            parallel.copy(out.region, flat.weights.region)
+            return
+        for name, array in out.items():
+            parallel.copy(array, self.weights[name])
 
     def _apply_checked(self, gradients: Mapping[str, np.ndarray], step: Step) -> None:
         """Any other optimizer's update, computed into new arrays and put in place only
@@ -415,6 +515,27 @@ class ModelState:
             {name: w.copy() for name, w in self.weights.items()},
             {name: {slot: a.copy() for slot, a in slots.items()} for name, slots in self.slots.items()},
         )
+
+
+def _one_rule(rule: Hyperparameters, trained: frozenset[str]) -> bool:
+    """Whether `rule` updates the `trained` variables alike, each with nothing of its own
+    after the optimizer's step."""
+    decays_some = rule.weight_decay and bool(rule.no_weight_decay & trained)
+    return not (
+        rule.adamw_variables
+        or rule.constraints
+        or rule.ema_momentum is not None
+        or rule.gradient_accumulation_steps
+        or decays_some
+    )
+
+
+def _spanned(slots: Mapping[str, FlatArrays], span: slice) -> Slots:
+    spanned = {}
+    for name, buffer in slots.items():
+        assert buffer.region is not None
+        spanned[name] = buffer.region[span]
+    return spanned
 
 
 class _EncodedWeights:

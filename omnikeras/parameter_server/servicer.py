@@ -15,6 +15,7 @@ import numpy as np
 from google.protobuf.message import Message
 
 from omnikeras.parameter_server import tensors
+from omnikeras.parameter_server.buffer_layout import BufferLayout, FlatArrays
 from omnikeras.parameter_server.buffer_pool import BufferPool
 from omnikeras.parameter_server.errors import (
     REFUSAL_KEY,
@@ -278,9 +279,13 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
             raise InvalidArgument("a push must start with its header")
         header = first.message.header
         self.coordinator.check_pusher(header.worker_id)
-        gradients, non_finite, magnitudes = _assemble(
-            request_iterator, self.coordinator.model.specs, self._gradient_buffers.take()
-        )
+        specs = self.coordinator.model.specs
+        # Rebuilt in one buffer laid out as the server's weights, the gradients are
+        # updated over it as a worker's segment is (see `flat_state`).
+        into = self._gradient_buffers.take() or _laid_out(specs)
+        gradients, non_finite, magnitudes = _assemble(request_iterator, specs, into)
+        if isinstance(into, FlatArrays) and into.intact() and _rebuilt_in(gradients, into):
+            gradients = into
         if non_finite is not None:
             self.coordinator.count_rejected_non_finite()
             raise NonFinite("gradient", non_finite)
@@ -373,6 +378,16 @@ def _assemble(
             raise InvalidArgument("after the first message, a stream carries only tensor chunks")
         assembler.add(request.message.chunk, request.data)
     return assembler.finish(), non_finite[0] if non_finite else None, dict(magnitudes)
+
+
+def _laid_out(specs: Mapping[str, tensors.VariableSpec]) -> FlatArrays:
+    layout = BufferLayout.of(specs)
+    return layout.arrays(np.zeros(layout.region_bytes, np.uint8))
+
+
+def _rebuilt_in(arrays: Mapping[str, np.ndarray], into: Mapping[str, np.ndarray]) -> bool:
+    """Whether `arrays` are `into`'s own, every one of them."""
+    return arrays.keys() == into.keys() and all(arrays[name] is array for name, array in into.items())
 
 
 def _weights(version: int, chunks: Iterable[bytes] | None, push: PushResult | None) -> Iterator[pb.PullReply | bytes]:

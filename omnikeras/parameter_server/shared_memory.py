@@ -13,22 +13,19 @@ import hashlib
 import mmap
 import os
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
 import grpc
-import numpy as np
 from google.protobuf.message import Message
 
+from omnikeras.parameter_server.buffer_layout import ALIGNMENT, BufferLayout, FlatArrays
 from omnikeras.parameter_server.errors import Refusal
-from omnikeras.parameter_server.tensors import VariableSpec
 from omnikeras.v1 import parameter_server_pb2 as pb
 
 _M = TypeVar("_M", bound=Message)
 
-# Every gradient starts on a cache line, and numpy's vector loops see aligned arrays.
-_ALIGNMENT = 64
 # See `SegmentLayout`.
 _WEIGHT_SKEW = 16
 # The largest message on the socket: a header or a reply, never tensor bytes.
@@ -36,10 +33,9 @@ MAX_MESSAGE_BYTES = 1 << 16
 
 
 @dataclass(frozen=True)
-class SegmentLayout:
-    """Where each variable's gradient and weight lie in a segment: the gradient region,
-    then the weight region, each with the variables sorted by name, 64 bytes apart at
-    least.
+class SegmentLayout(BufferLayout):
+    """A segment: the gradient region, then the weight region, each laid out as a
+    `BufferLayout`, 64 bytes apart at least.
 
     The weights start 16 bytes past a 64-byte boundary. TensorFlow takes an array that a
     `numpy_function` returns without a copy when it lies on a 64-byte boundary, and may
@@ -53,23 +49,9 @@ class SegmentLayout:
     208
     """
 
-    specs: tuple[VariableSpec, ...]
-    offsets: tuple[int, ...]
-    region_bytes: int
-
-    @classmethod
-    def of(cls, specs: Mapping[str, VariableSpec]) -> "SegmentLayout":
-        ordered = tuple(specs[name] for name in sorted(specs))
-        offsets = []
-        position = 0
-        for spec in ordered:
-            offsets.append(position)
-            position += -(-spec.nbytes // _ALIGNMENT) * _ALIGNMENT
-        return cls(ordered, tuple(offsets), max(position, _ALIGNMENT))
-
     @property
     def weights_start(self) -> int:
-        return self.region_bytes + _ALIGNMENT + _WEIGHT_SKEW
+        return self.region_bytes + ALIGNMENT + _WEIGHT_SKEW
 
     @property
     def segment_bytes(self) -> int:
@@ -77,24 +59,13 @@ class SegmentLayout:
 
     @property
     def digest(self) -> bytes:
-        """SHA-256 of the names, dtypes, shapes and offsets: equal on both sides, or the
-        two disagree on the model."""
-        text = ";".join(
-            f"{s.name}:{s.dtype.str}:{list(s.shape)}@{o}" for s, o in zip(self.specs, self.offsets)
-        )
-        return hashlib.sha256(f"{text};weights@{self.weights_start}".encode()).digest()
+        """SHA-256 of the variables' places and the weights' start: equal on both sides,
+        or the two disagree on the model."""
+        return hashlib.sha256(self.variables_digest + f";weights@{self.weights_start}".encode()).digest()
 
-    def views(self, segment: mmap.mmap) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    def views(self, segment: mmap.mmap) -> tuple[FlatArrays, FlatArrays]:
         """The gradient arrays and the weight arrays, as views of `segment`."""
-        return self._region(segment, 0), self._region(segment, self.weights_start)
-
-    def _region(self, segment: mmap.mmap, start: int) -> dict[str, np.ndarray]:
-        return {
-            spec.name: np.frombuffer(
-                segment, spec.dtype, int(np.prod(spec.shape, dtype=np.int64)), start + offset
-            ).reshape(spec.shape)
-            for spec, offset in zip(self.specs, self.offsets)
-        }
+        return self.arrays(segment), self.arrays(segment, self.weights_start)
 
 
 def available() -> bool:

@@ -14,9 +14,9 @@ import threading
 import time
 
 import grpc
-import numpy as np
 
 from omnikeras.parameter_server import shared_memory, tensors
+from omnikeras.parameter_server.buffer_layout import FlatArrays
 from omnikeras.parameter_server.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -112,9 +112,7 @@ class SharedMemoryServer:
                 self._connections.discard(connection)
             connection.close()
 
-    def _welcome(
-        self, connection: socket.socket
-    ) -> tuple[int, dict[str, np.ndarray], dict[str, np.ndarray]]:
+    def _welcome(self, connection: socket.socket) -> tuple[int, FlatArrays, FlatArrays]:
         """Reads the hello and maps the worker's segment; answers the hello either way."""
         hello, fds = shared_memory.receive_with_fds(connection, pb.SharedMemoryHello)
         try:
@@ -144,8 +142,8 @@ class SharedMemoryServer:
         connection: socket.socket,
         worker_id: int,
         header: pb.PushHeader,
-        gradients: dict[str, np.ndarray],
-        weights: dict[str, np.ndarray],
+        gradients: FlatArrays,
+        weights: FlatArrays,
     ) -> pb.SharedMemoryReply:
         try:
             if header.worker_id != worker_id:
@@ -165,7 +163,7 @@ class SharedMemoryServer:
                 header.step,
                 header.model_version,
                 header.example_count,
-                dict(gradients),
+                gradients.copy(),
                 caller_gone=lambda: shared_memory.peer_closed(connection),
                 batch=header.batch if header.HasField("batch") else None,
                 known_layout=header.known_layout_version,

@@ -20,7 +20,7 @@ BENCHMARKS = pathlib.Path(__file__).resolve().parents[2] / "benchmarks"
         ("ps_roundtrip.py", {"roundtrip_vs_echo_1M", "roundtrip_vs_echo_25M", "same_host_roundtrip_vs_echo_25M", "pushes_per_s_8x100K"}),
         pytest.param("strategy_overhead.py", {
             "step_time_vs_plain_keras_main", "step_time_vs_plain_keras_reference", "step_time_vs_plain_keras_adam",
-            "epoch_time_vs_plain_keras_main", "epoch_after_first_batch_vs_plain_keras_main",
+            "step_time_vs_plain_keras_deep", "epoch_time_vs_plain_keras_main", "epoch_after_first_batch_vs_plain_keras_main",
         }, marks=pytest.mark.benchmark_run),
         ("step_breakdown.py", {
             "plain_ms", "hook_only_ms", "grpc_ms", "shared_memory_ms", "grpc_exchange_ms", "shared_memory_exchange_ms",

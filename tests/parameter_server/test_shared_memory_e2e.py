@@ -24,12 +24,14 @@ def _gradients(worker: int, step: int) -> dict[str, np.ndarray]:
     return {name: rng.normal(size=w.shape).astype(np.float32) for name, w in WEIGHTS.items()}
 
 
-def _train(address: str, shared_memory: bool, workers: int, steps: int) -> tuple[dict[str, np.ndarray], list[list[str]]]:
+def _train(
+    address: str, shared_memory: bool, workers: int, steps: int, rule: Hyperparameters = HYPERPARAMETERS
+) -> tuple[dict[str, np.ndarray], list[list[str]]]:
     """`workers` clients in one group push_pull known gradients in lock step; returns the
     final weights and the shards each client reached through shared memory."""
     clients = [ParameterServerClient([address], shared_memory=shared_memory) for _ in range(workers)]
     ids = [client.register().worker_id for client in clients]
-    clients[0].init_model(WEIGHTS, HYPERPARAMETERS)
+    clients[0].init_model(WEIGHTS, rule)
     errors: list[BaseException] = []
 
     def work(index: int) -> None:
@@ -49,12 +51,19 @@ def _train(address: str, shared_memory: bool, workers: int, steps: int) -> tuple
     return clients[0].pull().weights, [client.shared_memory_shards for client in clients]
 
 
-def test_shared_memory_and_grpc_reach_bit_identical_weights(start_server) -> None:
+@pytest.mark.parametrize(
+    "rule",
+    # Adam with a statistic between the trained variables: the update over the servers'
+    # buffers leaves it out, on both paths.
+    [HYPERPARAMETERS, Hyperparameters(0.01, momentum=0.9, optimizer="Adam", statistics=frozenset({"bias"}))],
+    ids=["sgd", "adam with a statistic"],
+)
+def test_shared_memory_and_grpc_reach_bit_identical_weights(start_server, rule: Hyperparameters) -> None:
     through_memory = start_server()
-    weights, shards = _train(through_memory.address, shared_memory=True, workers=2, steps=30)
+    weights, shards = _train(through_memory.address, shared_memory=True, workers=2, steps=30, rule=rule)
     assert shards == [[through_memory.address]] * 2
     through_grpc = start_server()
-    expected, shards = _train(through_grpc.address, shared_memory=False, workers=2, steps=30)
+    expected, shards = _train(through_grpc.address, shared_memory=False, workers=2, steps=30, rule=rule)
     assert shards == [[], []]
     for name in WEIGHTS:
         np.testing.assert_array_equal(weights[name], expected[name])

@@ -122,12 +122,14 @@ def test_shared_memory_and_grpc_train_bit_identical_models() -> None:
 def _two_layer_model(
     strategy: omnikeras.GroupedAsyncStrategy, optimizer: Callable[[], keras.optimizers.Optimizer] | None = None
 ) -> keras.Model:
+    # Named, so that every model of this test lays its variables out alike on the server:
+    # its update over whole buffers rounds each element by where it lies (see `flat_state`).
     with strategy.scope():
         model = keras.Sequential([
             keras.Input((4,)),
-            keras.layers.Dense(8, activation="relu"),
-            keras.layers.Dense(3, activation="softmax"),
-        ])
+            keras.layers.Dense(8, activation="relu", name="hidden"),
+            keras.layers.Dense(3, activation="softmax", name="output"),
+        ], name="two_layers")
         model.compile(
             optimizer=optimizer() if optimizer else keras.optimizers.SGD(0.3, momentum=0.5),
             loss="sparse_categorical_crossentropy",
