@@ -67,6 +67,25 @@ class BufferLayout:
         return dtype if ALIGNMENT % dtype.itemsize == 0 else None
 
     @functools.cached_property
+    def elements(self) -> int:
+        """The elements of a `region`, padding included."""
+        assert self.dtype is not None, "only a layout of one dtype has elements"
+        return self.region_bytes // self.dtype.itemsize
+
+    def span_of(self, name: str) -> slice:
+        """The elements of a `region` that variable `name` covers."""
+        return self._span_by_name[name]
+
+    @functools.cached_property
+    def _span_by_name(self) -> dict[str, slice]:
+        assert self.dtype is not None, "only a layout of one dtype has elements"
+        itemsize = self.dtype.itemsize
+        return {
+            spec.name: slice(offset // itemsize, offset // itemsize + int(np.prod(spec.shape, dtype=np.int64)))
+            for spec, offset in zip(self.specs, self.offsets)
+        }
+
+    @functools.cached_property
     def padding(self) -> np.ndarray:
         """The elements of a `region` that belong to no variable."""
         assert self.dtype is not None, "only a layout of one dtype has elements"

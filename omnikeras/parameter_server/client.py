@@ -562,10 +562,15 @@ class ParameterServerClient:
         self._shard_models = None
 
     def _merge(self, replies: list[tuple[int, dict[str, np.ndarray]]]) -> PullResult:
-        weights: dict[str, np.ndarray] = {}
         for index, (version, shard_weights) in enumerate(replies):
             if shard_weights:
                 self._versions[index] = version
+        if len(replies) == 1:
+            # As they came: a segment's weights stay views of its buffer (see
+            # `strategy.worker.packed`).
+            return PullResult(replies[0][0], replies[0][1].copy())
+        weights: dict[str, np.ndarray] = {}
+        for _, shard_weights in replies:
             weights.update(shard_weights)
         return PullResult(min(version for version, _ in replies), weights)
 

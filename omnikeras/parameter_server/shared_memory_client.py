@@ -9,6 +9,7 @@ import grpc
 import numpy as np
 
 from omnikeras.parameter_server import parallel, shared_memory
+from omnikeras.parameter_server.buffer_layout import FlatArrays
 from omnikeras.parameter_server.shared_memory import SegmentLayout, StatusError
 from omnikeras.parameter_server.tensors import VariableSpec
 from omnikeras.v1 import parameter_server_pb2 as pb
@@ -63,14 +64,19 @@ class SharedMemoryChannel:
             self.close()
             raise StatusError.of(answer)
         self.gradients, self.weights = layout.views(self._segment)
-        self._read_only_weights = {name: _read_only(w) for name, w in self.weights.items()}
+        region = self.weights.region
+        self._read_only_weights = FlatArrays(
+            {name: _read_only(w) for name, w in self.weights.items()},
+            layout,
+            None if region is None else _read_only(region),
+        )
 
     def push_pull(
         self,
         gradients: Mapping[str, np.ndarray],
         header: pb.PushHeader,
         while_waiting: Callable[[], None] = lambda: None,
-    ) -> tuple[pb.PushReply, int, dict[str, np.ndarray]]:
+    ) -> tuple[pb.PushReply, int, FlatArrays]:
         """Pushes `gradients` (every variable of the shard; views that `write` returned
         are in place already) and returns the push's outcome, the weights' version and the
         weights: read-only views of the segment, valid until the next push.

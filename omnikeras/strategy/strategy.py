@@ -9,6 +9,7 @@ from tensorflow.python.ops import resource_variable_ops
 
 from omnikeras import tf_config
 from omnikeras.config import WorkerConfig
+from omnikeras.parameter_server.buffer_layout import BufferLayout
 from omnikeras.strategy.data import ShareFeed
 from omnikeras.strategy.own_cluster import own_cluster
 from omnikeras.strategy.worker import ClusterWorker
@@ -150,6 +151,9 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
         variables = trained[split:] + trained[:split] + statistics
         # The servers' iteration count comes back where the worker pushes the rate.
         counted = [tf.int64] if rate_from_worker else []
+        # The weights come back in one array where they share a dtype (see `worker.packed`).
+        layout = self.worker.layout if self.worker.layout.dtype is not None else None
+        returned = [tf.as_dtype(layout.dtype)] if layout is not None else [v.dtype for v in variables]
         with tf.device("/cpu:0"):
             written = []
             if split < len(trained):
@@ -169,16 +173,22 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
                         skip_update=skip_update,
                         rate_from_worker=rate_from_worker,
                         rate_to_relay=learning_rate is not None and not rate_from_worker,
+                        layout=layout,
                     ),
                     [self._scalars(learning_rate), *gradients[:split], *values],
-                    Tout=[*(v.dtype for v in variables), tf.bool, *counted],
+                    Tout=[*returned, tf.bool, *counted],
                     stateful=True,
                 )
-            self._update_skipped.assign(outputs[len(variables)])
-            iterations = outputs[len(variables) + 1] if counted else None
+            self._update_skipped.assign(outputs[len(returned)])
+            iterations = outputs[len(returned) + 1] if counted else None
             if iterations is not None:
                 iterations.set_shape([])
-        for variable, weight in zip(variables, outputs[: len(variables)]):
+            if layout is None:
+                weights = outputs[: len(variables)]
+            else:
+                paths = names[split:] + names[:split] + tuple(v.path for v in self.worker.statistics)
+                weights = _unpacked(outputs[0], layout, paths, [v.shape for v in variables])
+        for variable, weight in zip(variables, weights):
             weight.set_shape(variable.shape)
             self.extended.update(variable, _assign, args=(weight,), group=False)
         return iterations
@@ -209,6 +219,14 @@ def ahead_count(trained: int) -> int:
     """How many of a step's `trained` variables (in the model's order) have their
     gradients written ahead of the push: the later half."""
     return trained // 2
+
+
+def _unpacked(
+    packed: tf.Tensor, layout: BufferLayout, paths: tuple[str, ...], shapes: list[tf.TensorShape]
+) -> list[tf.Tensor]:
+    """The variables `paths`, of `shapes`, in an array of `layout`."""
+    packed.set_shape([layout.elements])
+    return [tf.reshape(packed[layout.span_of(path)], shape) for path, shape in zip(paths, shapes)]
 
 
 def _assign(variable: tf.Variable, value: tf.Tensor) -> tf.Operation:

@@ -5,7 +5,7 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -15,8 +15,9 @@ import tensorflow as tf
 
 from omnikeras.config import WorkerConfig
 from omnikeras.parameter_server import GroupLayout, Hyperparameters, ParameterServerClient, PushResult, Stats
+from omnikeras.parameter_server.buffer_layout import BufferLayout, FlatArrays
 from omnikeras.parameter_server.errors import Refusal, refusal_of
-from omnikeras.parameter_server.tensors import SUPPORTED_DTYPES
+from omnikeras.parameter_server.tensors import SUPPORTED_DTYPES, VariableSpec
 from omnikeras.strategy import data
 from omnikeras.strategy.place import GroupPlace
 from omnikeras.strategy.update_rule import (
@@ -76,6 +77,9 @@ class ClusterWorker:
         # The statistics as last pulled: a push sends the change since.
         self._pulled_statistics: dict[str, np.ndarray] = {}
         self.shapes: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
+        # The held variables laid out as a shared-memory segment lays them out: the
+        # weights come back to the train step in one array of this layout (`push_pull`).
+        self.layout = BufferLayout.of({})
         self.hyperparameters = Hyperparameters()
         # The chief's learning rate as last handed to the server (`relay_learning_rate`).
         self.relayed_learning_rate: float | None = None
@@ -279,6 +283,7 @@ class ClusterWorker:
         # Keras' optimizer hands the strategy its variables' backend values.
         self._paths = {id(v.value): v.path for v in held}
         self.shapes = {v.path: (tuple(v.shape), np.dtype(v.dtype)) for v in held}
+        self.layout = BufferLayout.of({p: VariableSpec(p, dtype, shape) for p, (shape, dtype) in self.shapes.items()})
         rule = server_update_rule(model.optimizer, model.trainable_variables, self.statistics)
         clipping = rule.clipping
         if clipping.global_clipnorm and not clipping.clipnorm and len(self.client.shards) > 1:
@@ -485,6 +490,7 @@ class ClusterWorker:
         skip_update: bool = False,
         rate_from_worker: bool = False,
         rate_to_relay: bool = False,
+        layout: BufferLayout | None = None,
     ) -> list[np.ndarray]:
         """One group step: this worker's gradients (of the variables `names`, by path) and
         the step's loss out, the group step's weights of the variables written ahead
@@ -492,6 +498,9 @@ class ClusterWorker:
         the reply names the next batch, whose share this worker's next step reads
         (`feed`). `scalars` are the sums of Keras' loss tracker (losses and examples so
         far).
+
+        With a `layout` (of one dtype), the weights come back as one array of it (`packed`)
+        rather than one array each.
 
         With `skip_update` (the step's loss-scaled gradients overflowed), the group step
         updates no weight; it is skipped too where another member's overflowed.
@@ -516,12 +525,14 @@ class ClusterWorker:
             if rate_to_relay and self.config.is_chief and not self._training_over:
                 self.relay_learning_rate(as_written(float(scalars[2])))
             weights, skipped = self._push_pull(ahead, names, gradients, loss, skip_update, learning_rate)
+            self._remember_statistics(weights)
             self._choose_share()
+            returned = [packed(weights, layout)] if layout is not None else [weights[n] for n in (*ahead, *names)]
         except Exception as error:
             self.failure = error
             raise
         iterations = [np.asarray(self.server_iterations, np.int64)] if rate_from_worker else []
-        return [*weights, np.asarray(skipped), *iterations]
+        return [*returned, np.asarray(skipped), *iterations]
 
     def _step_loss(self, total: float, count: float) -> float | None:
         """This step's loss from the tracker's sums; None where their change is not this
@@ -543,13 +554,12 @@ class ClusterWorker:
         loss: float | None,
         skip_update: bool,
         learning_rate: float | None = None,
-    ) -> tuple[list[np.ndarray], bool]:
-        """The weights of the variables written ahead and pushed now, and whether the
-        step's update was skipped (where the push did not count, only this worker's own
-        overflow says so)."""
-        names = [*ahead, *pushed_now]
+    ) -> tuple[Mapping[str, np.ndarray], bool]:
+        """The weights after the group step, of every variable the servers hold, and
+        whether the step's update was skipped (where the push did not count, only this
+        worker's own overflow says so)."""
         if self._training_over:
-            return self._pull_current(names), skip_update
+            return self.client.pull().weights, skip_update
         self.step += 1
         pushed = dict(zip(pushed_now, gradients))
         for name, pulled_value in self._pulled_statistics.items():
@@ -576,26 +586,22 @@ class ClusterWorker:
                 # The weights were restored under this gradient (a tuning trial began):
                 # the group may read another batch now.
                 self._take_place(with_next_batch=True)
-                return self._pull_current(names), skip_update
+                return self.client.pull().weights, skip_update
             refusal = refusal_of(error)
             if refusal in (Refusal.DROPPED, Refusal.NOT_REGISTERED):
-                return self._rejoin(names, error.details() or ""), skip_update
+                return self._rejoin(error.details() or ""), skip_update
             if refusal != Refusal.NON_FINITE:
                 raise
-            return self._skip_step(names), skip_update
+            return self._skip_step(), skip_update
         self.rejected_steps = 0
         self.last_push = result
         self.server_iterations = result.iterations
         self.next_batch, self._next_members = result.next_batch, result.next_members
         if result.layout is not None:
             self._settle(result.layout)
-        return self._weights_of(names, pulled.weights), result.update_skipped
+        return pulled.weights, result.update_skipped
 
-    def _weights_of(self, names: Sequence[str], weights: dict[str, np.ndarray]) -> list[np.ndarray]:
-        self._remember_statistics(weights)
-        return [weights[name] for name in names]
-
-    def _remember_statistics(self, weights: dict[str, np.ndarray]) -> None:
+    def _remember_statistics(self, weights: Mapping[str, np.ndarray]) -> None:
         # Copies: pulled arrays may be views that the next exchange overwrites.
         self._pulled_statistics = {v.path: np.array(weights[v.path]) for v in self.statistics}
 
@@ -603,7 +609,7 @@ class ClusterWorker:
     def stop_requested(self) -> bool:
         return self._training_over or (self.last_push is not None and self.last_push.stop_requested)
 
-    def _skip_step(self, names: Sequence[str]) -> list[np.ndarray]:
+    def _skip_step(self) -> Mapping[str, np.ndarray]:
         """The server refused this step's NaN or Inf gradients: carry on from its weights."""
         self.rejected_steps += 1
         if self.rejected_steps > MAX_REJECTED_STEPS:
@@ -611,9 +617,9 @@ class ClusterWorker:
                 f"the gradients were NaN or Inf for {self.rejected_steps} steps in a row: "
                 "training diverged; lower the learning rate"
             )
-        return self._pull_current(names)
+        return self.client.pull().weights
 
-    def _rejoin(self, names: Sequence[str], reason: str) -> list[np.ndarray]:
+    def _rejoin(self, reason: str) -> Mapping[str, np.ndarray]:
         """The server no longer counts this worker (it missed its group's deadline, or
         the server restarted and never knew it): register again under the same id, in
         the same group, and carry on from the newest weights. This step's gradient,
@@ -639,16 +645,13 @@ class ClusterWorker:
             logger.warning("worker %d: training ended while it was away; it stops", self.config.worker_id)
             self._training_over = True
         self._take_place(with_next_batch=True)
-        return self._weights_of(names, pulled.weights)
+        return pulled.weights
 
     def _chief_left(self) -> bool:
         """The chief has ended training: the server holds a model, and not the chief."""
         if self.config.is_chief or not self.client.describe().model_initialized:
             return False
         return all(self.config.chief_id not in g.members for g in self.client.stats()[0].groups)
-
-    def _pull_current(self, names: Sequence[str]) -> list[np.ndarray]:
-        return self._weights_of(names, self.client.pull().weights)
 
     def _take_place(self, with_next_batch: bool = False) -> GroupPlace:
         """Looks up this worker's group and, `with_next_batch`, the batch it reads next
@@ -737,3 +740,23 @@ class ClusterWorker:
             variable.assign(weights[variable.path])
         self._remember_statistics(weights)
 
+
+
+def packed(weights: Mapping[str, np.ndarray], layout: BufferLayout) -> np.ndarray:
+    """`weights` as one array of `layout`: the buffer they lie in where they are views of
+    one laid out alike (a shared-memory segment's weights), else a new array they are
+    copied into. The train step takes one array out of the exchange and slices it: one
+    output per variable cost TensorFlow more than the slices (0.53 ms against 1.1 ms a
+    step for 128 variables)."""
+    if (
+        isinstance(weights, FlatArrays)
+        and weights.region is not None
+        and weights.layout.variables_digest == layout.variables_digest
+        and weights.intact()
+    ):
+        return weights.region
+    assert layout.dtype is not None, "weights of several dtypes go out one array each"
+    buffer = np.empty(layout.region_bytes, np.uint8)
+    for name, view in layout.arrays(buffer).items():
+        np.copyto(view, weights[name])
+    return np.frombuffer(buffer, layout.dtype)

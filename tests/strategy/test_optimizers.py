@@ -304,3 +304,23 @@ def test_a_second_fit_trains_with_the_optimizer_as_changed_since_the_first(serve
     ours = _fitted_twice(omnikeras.GroupedAsyncStrategy(WorkerConfig((server.address,))), change)
     for expected, got in zip(plain, ours, strict=True):
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def _model_of_two_dtypes() -> keras.Model:
+    """A float64 layer beside float32 ones: the weights come back from the server one
+    array each rather than in one array of a single dtype."""
+    return keras.Sequential(
+        [
+            keras.Input((4,)),
+            keras.layers.Dense(8, activation="relu", dtype="float64"),
+            keras.layers.Dense(3, activation="softmax", name="output"),
+        ]
+    )
+
+
+def test_variables_of_two_dtypes_train_through_the_server_as_in_plain_keras(server) -> None:
+    first, plain, launched = _trained_alike(
+        WorkerConfig((server.address,)), lambda: keras.optimizers.SGD(0.1, momentum=0.9), _model_of_two_dtypes
+    )
+    assert {w.dtype for w in launched} == {np.dtype("float64"), np.dtype("float32")}
+    assert not np.allclose(plain[0], first[0], atol=1e-3), "training changed the weights"
