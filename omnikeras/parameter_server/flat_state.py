@@ -103,7 +103,8 @@ class FlatState:
             and gradients.layout.variables_digest == self.layout.variables_digest
             and gradients.intact()
         ):
-            gradients.region[self.layout.padding] = 0
+            if self.layout.padding.size:
+                gradients.region[self.layout.padding] = 0
             return gradients.region
         for name, view in self.gradients.items():
             np.copyto(view, gradients[name])

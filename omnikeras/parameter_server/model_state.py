@@ -263,7 +263,9 @@ class ModelState:
         if flat is None:
             return False
         trained, spans = flat.trained(rule.statistics)
-        if not trained or not _one_rule(rule, trained):
+        # One variable has no calls to merge: the buffers' checks would cost more than
+        # they save.
+        if len(trained) < 2 or not _one_rule(rule, trained):
             return False
         optimizer = rule.rule
         region = flat.gradient_region(gradients)
@@ -273,12 +275,12 @@ class ModelState:
         bound = self._flat_bound
         before = bound[1] if bound is not None and bound[0] == self.version else self._summed_bound(trained)
         decay = rule.weight_decay_of(next(iter(trained)))
-        decayed_before = dataclasses.replace(before, weight=before.weight * abs(1 - step.learning_rate * decay))
-        after = optimizer.bounds_after(decayed_before, change, step, region.dtype)
+        decayed = Bounds(before.weight * abs(1 - step.learning_rate * decay), before.slots) if decay else before
+        after = optimizer.bounds_after(decayed, change, step, region.dtype)
         if after is None:
             return False
         # The statistics take their changes as they are.
-        after = dataclasses.replace(after, weight=max(after.weight, before.weight + change))
+        after = Bounds(max(after.weight, before.weight + change), after.slots)
         if not after.within(region.dtype):
             return False
         names = set(flat.slots) | optimizer.slots(region[:0], step).keys()
