@@ -14,9 +14,9 @@ optimizers' updates are computed into new arrays and checked before they are put
 place.
 
 Where every variable has one dtype and one rule applies to all (no constraint, moving
-average, gradient accumulation or weight decay left out of some, one optimizer), the
-update runs over the weights and state as whole buffers (see `flat_state`), its bound
-carried for all of them at once.
+average, gradient accumulation or weight decay left out of some, one optimizer), and two
+variables or more are trained, the update runs over the weights and state as whole
+buffers (see `flat_state`), its bound carried for all of them at once.
 """
 
 import dataclasses
