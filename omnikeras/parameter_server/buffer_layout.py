@@ -98,21 +98,16 @@ class BufferLayout:
     def spans(self, names: Iterable[str]) -> list[slice]:
         """The elements of a `region` that `names` cover, in as few slices as there are
         runs of them next to each other in the layout (padding between two included)."""
-        assert self.dtype is not None, "only a layout of one dtype has elements"
         wanted = set(names)
-        itemsize = self.dtype.itemsize
         spans: list[slice] = []
-        end = None
-        for spec, offset in zip(self.specs, self.offsets):
+        joins = False
+        for spec in self.specs:
             if spec.name not in wanted:
-                end = None
+                joins = False
                 continue
-            start, stop = offset // itemsize, offset // itemsize + int(np.prod(spec.shape, dtype=np.int64))
-            if end is not None:
-                spans[-1] = slice(spans[-1].start, stop)
-            else:
-                spans.append(slice(start, stop))
-            end = stop
+            span = self.span_of(spec.name)
+            spans.append(slice(spans.pop().start, span.stop) if joins else span)
+            joins = True
         return spans
 
     def region(self, buffer: object, start: int = 0) -> np.ndarray | None:
@@ -155,3 +150,10 @@ class FlatArrays(dict[str, np.ndarray]):
 
     def intact(self) -> bool:
         return len(self) == len(self._views) and all(map(operator.is_, self.values(), self._views))
+
+    def region_as(self, layout: BufferLayout) -> np.ndarray | None:
+        """The buffer these arrays are views of, as one array, where it is laid out as
+        `layout` and every name still holds its view; else None."""
+        if self.region is None or self.layout.variables_digest != layout.variables_digest or not self.intact():
+            return None
+        return self.region

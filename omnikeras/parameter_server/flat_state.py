@@ -97,15 +97,11 @@ class FlatState:
         """`gradients` as one array of the layout: their own buffer's where they are
         views of one laid out alike (its padding zeroed, since it is the sender's), or
         this state's, with the gradients copied in."""
-        if (
-            isinstance(gradients, FlatArrays)
-            and gradients.region is not None
-            and gradients.layout.variables_digest == self.layout.variables_digest
-            and gradients.intact()
-        ):
+        region = gradients.region_as(self.layout) if isinstance(gradients, FlatArrays) else None
+        if region is not None:
             if self.layout.padding.size:
-                gradients.region[self.layout.padding] = 0
-            return gradients.region
+                region[self.layout.padding] = 0
+            return region
         for name, view in self.gradients.items():
             np.copyto(view, gradients[name])
         assert self.gradients.region is not None

@@ -63,6 +63,8 @@ class ModelState:
         # The buffers of the update over all variables at once, made at its first use, and
         # the bound it carries for all of them, valid at the version it names.
         self._flat: FlatState | None = None
+        # Their layout, where the variables share a dtype that BLAS updates in place.
+        self._flat_layout: BufferLayout | None = None
         self._flat_bound: tuple[int, Bounds] | None = None
 
     @property
@@ -127,6 +129,9 @@ class ModelState:
         self.version = version
         self._pull_cache = None
         self._bounds = {}
+        layout = BufferLayout.of(self.specs)
+        updatable = layout.dtype is not None and blas_for(np.zeros(0, layout.dtype)) is not None
+        self._flat_layout = layout if updatable else None
         self._flat = None
         self._flat_bound = None
 
@@ -304,11 +309,8 @@ class ModelState:
     def _flat_state(self) -> FlatState | None:
         """The buffers for the update over all variables, where they share one dtype that
         BLAS updates in place."""
-        if self._flat is None:
-            layout = BufferLayout.of(self.specs)
-            if layout.dtype is None or blas_for(np.zeros(0, layout.dtype)) is None:
-                return None
-            self._flat = FlatState(layout)
+        if self._flat is None and self._flat_layout is not None:
+            self._flat = FlatState(self._flat_layout)
         return self._flat
 
     def _summed_bound(self, trained: frozenset[str]) -> Bounds:
@@ -324,17 +326,12 @@ class ModelState:
         """Copies the weights into `out` (arrays of the model's specs, by name): in one
         pass where both are buffers laid out alike."""
         flat = self._flat
-        if (
-            flat is not None
-            and isinstance(out, FlatArrays)
-            and out.region is not None
-            and out.layout.variables_digest == flat.layout.variables_digest
-            and out.intact()
-            and all(self.weights[name] is view for name, view in flat.weights.items())
-        ):
-            assert flat.weights.region is not None
-            parallel.copy(out.region, flat.weights.region)
-            return
+        if flat is not None and isinstance(out, FlatArrays):
+            region = out.region_as(flat.layout)
+            if region is not None and all(self.weights[name] is view for name, view in flat.weights.items()):
+                assert flat.weights.region is not None
+                parallel.copy(region, flat.weights.region)
+                return
         for name, array in out.items():
             parallel.copy(array, self.weights[name])
 

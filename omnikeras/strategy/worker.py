@@ -748,13 +748,9 @@ def packed(weights: Mapping[str, np.ndarray], layout: BufferLayout) -> np.ndarra
     copied into. The train step takes one array out of the exchange and slices it: one
     output per variable cost TensorFlow more than the slices (0.53 ms against 1.1 ms a
     step for 128 variables)."""
-    if (
-        isinstance(weights, FlatArrays)
-        and weights.region is not None
-        and weights.layout.variables_digest == layout.variables_digest
-        and weights.intact()
-    ):
-        return weights.region
+    region = weights.region_as(layout) if isinstance(weights, FlatArrays) else None
+    if region is not None:
+        return region
     assert layout.dtype is not None, "weights of several dtypes go out one array each"
     buffer = np.empty(layout.region_bytes, np.uint8)
     for name, view in layout.arrays(buffer).items():
