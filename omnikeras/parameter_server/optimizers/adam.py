@@ -46,8 +46,7 @@ class Adam(Optimizer):
 
     def bounds_after(self, before: Bounds, change: float, step: Step, dtype: np.dtype) -> Bounds | None:
         epsilon = self.settings["epsilon"]
-        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-            alpha = abs(float(self._alpha(dtype, step)))
+        alpha = abs(float(self._alpha(dtype, step)))
         if epsilon <= 0 or not math.isfinite(alpha):
             # 0 / 0 where a moment and its root are 0; a bias correction that rounds to 0.
             return None
@@ -103,11 +102,13 @@ class Adam(Optimizer):
 def _step_size(dtype: np.dtype, learning_rate: float, beta_1: float, beta_2: float, iteration: int) -> np.floating:
     """Adam's step size with both bias corrections, computed in the weight's dtype."""
     local_step = dtype.type(iteration + 1)
-    return (
-        dtype.type(learning_rate)
-        * np.sqrt(1 - np.power(dtype.type(beta_2), local_step))
-        / (1 - np.power(dtype.type(beta_1), local_step))
-    )
+    # An overflow or a 0 / 0 gives Inf or NaN, which `bounds_after` turns down.
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        return (
+            dtype.type(learning_rate)
+            * np.sqrt(1 - np.power(dtype.type(beta_2), local_step))
+            / (1 - np.power(dtype.type(beta_1), local_step))
+        )
 
 
 class AdamW(Adam):
