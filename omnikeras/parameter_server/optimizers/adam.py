@@ -18,7 +18,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from omnikeras.parameter_server.optimizers.base import Bounds, MomentumForm, Optimizer, Slots, Step, blas_for, cast
+from omnikeras.parameter_server import parallel
+from omnikeras.parameter_server.optimizers import fused
+from omnikeras.parameter_server.optimizers.base import Bounds, MomentumForm, Optimizer, Slots, Step, cast
 
 
 class Adam(Optimizer):
@@ -60,29 +62,27 @@ class Adam(Optimizer):
         return Bounds(before.weight + alpha * m / epsilon, slots)
 
     def update_in_place(self, weight: np.ndarray, gradient: np.ndarray, slots: Slots, step: Step) -> None:
-        blas = blas_for(weight)
-        if blas is None:
+        names = ("momentum", "velocity", "velocity_hat") if self.flag("amsgrad") else ("momentum", "velocity")
+        arrays = [weight, gradient, *(slots[name] for name in names)]
+        if not fused.applies(*arrays):
             updated, state = self.update(weight, gradient, slots, step)
             np.copyto(weight, updated)
             slots.update(state)
             return
-        # The arithmetic of `update` in BLAS passes over the arrays, with the gradient as
-        # the only scratch space: 9 passes against 12 and three new arrays.
-        axpy, scal = blas
-        beta_1, beta_2 = step.momentum, self.settings["beta_2"]
-        w, g = weight.reshape(-1), gradient.reshape(-1)
-        m, v = slots["momentum"].reshape(-1), slots["velocity"].reshape(-1)
-        scal(beta_1, m)
-        axpy(g, m, a=1 - beta_1)
-        np.square(g, out=g)
-        scal(beta_2, v)
-        axpy(g, v, a=1 - beta_2)
-        if self.flag("amsgrad"):
-            v = np.maximum(slots["velocity_hat"].reshape(-1), v, out=slots["velocity_hat"].reshape(-1))
-        np.sqrt(v, out=g)
-        g += cast(weight, self.settings["epsilon"])
-        np.divide(m, g, out=g)
-        axpy(g, w, a=-self._alpha(weight.dtype, step))
+        # As Keras: `1 - beta` in Python, then in the variable's dtype.
+        settings = [
+            *fused.scalars(weight.dtype, 1 - step.momentum, 1 - self.settings["beta_2"], self.settings["epsilon"]),
+            self._alpha(weight.dtype, step),
+        ]
+        kernel = fused.adam_amsgrad if self.flag("amsgrad") else fused.adam
+
+        def run(*parts: np.ndarray) -> None:
+            kernel(*parts, *settings)
+
+        if parallel.worth_splitting(*arrays):
+            parallel.split_pass(run, *arrays)
+        else:
+            run(*(array.reshape(-1) for array in arrays))
 
     def rate_slots(self) -> tuple[str, ...]:
         return ("velocity_hat",) if self.flag("amsgrad") else ("velocity",)
