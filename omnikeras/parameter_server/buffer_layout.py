@@ -91,7 +91,8 @@ class BufferLayout:
         """The elements of a `region` that belong to no variable."""
         assert self.dtype is not None, "only a layout of one dtype has elements"
         used = np.zeros(self.region_bytes // self.dtype.itemsize, bool)
-        for span in self.spans(spec.name for spec in self.specs):
+        # By variable: `spans` joins neighbours over the padding between them.
+        for span in self._span_by_name.values():
             used[span] = True
         return np.flatnonzero(~used)
 

@@ -58,8 +58,8 @@ class _Contribution:
     gradients: dict[str, np.ndarray]
     example_count: int
     computed_at: int
-    # Each gradient's sum of magnitudes.
-    magnitudes: Mapping[str, float]
+    # Each gradient's sum of magnitudes, or their sum where the caller measured only that.
+    magnitudes: Mapping[str, float] | float
     # The training loss of its examples, when the worker knows it.
     loss: float | None = None
     # Its loss scale overflowed: the group step updates no weight (see `push`).
@@ -331,7 +331,7 @@ class GroupCoordinator:
         caller_gone: Callable[[], bool] = lambda: False,
         batch: int | None = None,
         known_layout: int = 0,
-        magnitudes: Mapping[str, float] | None = None,
+        magnitudes: Mapping[str, float] | float | None = None,
         loss: float | None = None,
         skip_update: bool = False,
         learning_rate: float | None = None,
@@ -343,9 +343,9 @@ class GroupCoordinator:
         current one (computed in the layout before a regrouping) is applied on its own.
         The result carries the group layout when it changed since `known_layout`, the
         layout version the pusher last saw. `magnitudes`, each gradient's sum of
-        magnitudes as the caller's finiteness check measured it, spare the update guard a
-        pass over the gradients (see `ModelState.apply`); they are measured here when not
-        given. They and `loss`, the training loss of the gradient's examples, guard the
+        magnitudes as the caller's finiteness check measured it (or their sum, where it
+        measured them in one pass), spare the update guard a pass over the gradients (see
+        `ModelState.apply`); they are measured here when not given. They and `loss`, the training loss of the gradient's examples, guard the
         step of compensated asynchrony.
 
         With `skip_update` (the member's loss scale overflowed), the group step updates no
@@ -507,7 +507,7 @@ class GroupCoordinator:
         updates = self.model.updates
         magnitudes = _weighted_magnitudes(contributions, kept)
         if self.model.hyperparameters.compensate_asynchrony:
-            share = self._compensation.share(sum(magnitudes.values()))
+            share = self._compensation.share(tensors.total_magnitude(magnitudes))
             if share != 1.0:
                 rule = dataclasses.replace(rule, learning_rate=rule.learning_rate * share)
         if self.measure_momentum:
@@ -564,7 +564,7 @@ class GroupCoordinator:
         contributions: list[_Contribution],
         rule: InForce,
         kept: list[float],
-        magnitudes: dict[str, float],
+        magnitudes: dict[str, float] | float,
     ) -> None:
         meter = self._momentum_meter()
         # Sampled before the combination, which reuses the gradients' buffers.
@@ -864,16 +864,23 @@ def _check_groups(num_groups: int) -> None:
         raise InvalidArgument(f"num_groups must lie in [1, {MAX_GROUPS}], got {num_groups}")
 
 
-def _weighted_magnitudes(contributions: list[_Contribution], kept: list[float]) -> dict[str, float]:
+def _weighted_magnitudes(contributions: list[_Contribution], kept: list[float]) -> dict[str, float] | float:
     """Bounds on the magnitudes in `_weighted_mean`, from those of the members' gradients
-    and the shares of their weight they keep."""
+    and the shares of their weight they keep: by variable, or summed over the variables
+    where a member's are known only as a sum."""
     if kept == [1.0]:
         # One member's, whole: the same numbers, without a sum for each variable.
         magnitudes = contributions[0].magnitudes
+        if isinstance(magnitudes, float):
+            return magnitudes
         return {name: magnitudes[name] for name in contributions[0].gradients}
     total = sum(c.example_count for c in contributions)
+    shares = [c.example_count / total * share for c, share in zip(contributions, kept)]
+    by_variable = [c.magnitudes for c in contributions if not isinstance(c.magnitudes, float)]
+    if len(by_variable) < len(contributions):
+        return sum(share * tensors.total_magnitude(c.magnitudes) for c, share in zip(contributions, shares))
     return {
-        name: sum(c.example_count / total * share * c.magnitudes[name] for c, share in zip(contributions, kept))
+        name: sum(share * magnitudes[name] for magnitudes, share in zip(by_variable, shares))
         for name in contributions[0].gradients
     }
 

@@ -167,14 +167,15 @@ class ModelState:
     def apply(
         self,
         gradients: Mapping[str, np.ndarray],
-        magnitudes: Mapping[str, float] | None = None,
+        magnitudes: Mapping[str, float] | float | None = None,
         learning_rate: float | None = None,
         momentum: float | None = None,
     ) -> None:
         """Applies one update; the gradient arrays are consumed as scratch space.
 
         `magnitudes` bound each gradient's largest magnitude (sums of magnitudes, as the
-        server's finiteness check measures them); without them, they are measured here.
+        server's finiteness check measures them), or all of them at once (their sum);
+        what the update needs and was not given is measured here.
         `learning_rate` and `momentum` (the momentum-like setting) replace the rule's
         (compensated asynchrony); None applies the rule's. Raises `NonFinite`, with
         nothing changed, when the update would make a weight or the optimizer's state NaN
@@ -232,12 +233,12 @@ class ModelState:
         self.version += 1
 
     def _apply_bounded(
-        self, gradients: Mapping[str, np.ndarray], magnitudes: Mapping[str, float] | None, step: Step
+        self, gradients: Mapping[str, np.ndarray], magnitudes: Mapping[str, float] | float | None, step: Step
     ) -> None:
         """The update in place, for optimizers whose bounds on the magnitudes are cheap to
         carry: only an update whose bound comes near the dtype's limit (or that has no
         bound) is tried on copies first."""
-        if magnitudes is None:
+        if not isinstance(magnitudes, Mapping):
             magnitudes = {name: tensors.abs_sum(gradient) for name, gradient in gradients.items()}
         bounds = {name: self._bounds_after(name, magnitudes[name], step) for name in gradients}
         near_limit = [name for name, bound in bounds.items() if not self._within(name, bound)]
@@ -259,7 +260,7 @@ class ModelState:
         self._bounds = {name: bound for name, bound in bounds.items() if bound is not None}
 
     def _apply_flat(
-        self, gradients: Mapping[str, np.ndarray], magnitudes: Mapping[str, float] | None, step: Step
+        self, gradients: Mapping[str, np.ndarray], magnitudes: Mapping[str, float] | float | None, step: Step
     ) -> bool:
         """The update over whole buffers, where one rule applies to every variable and
         the bound it carries for all of them stays within the dtype's limit; False, with
@@ -275,7 +276,7 @@ class ModelState:
             return False
         optimizer = rule.rule
         region = flat.gradient_region(gradients)
-        change = sum(magnitudes.values()) if magnitudes is not None else tensors.abs_sum(region)
+        change = tensors.total_magnitude(magnitudes) if magnitudes is not None else tensors.abs_sum(region)
         if not math.isfinite(change):
             return False
         bound = self._flat_bound

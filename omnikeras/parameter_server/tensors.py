@@ -94,6 +94,12 @@ def magnitude(array: np.ndarray) -> float | None:
     return math.inf if np.isfinite(array).all() else None
 
 
+def total_magnitude(magnitudes: Mapping[str, float] | float) -> float:
+    """The sum of gradients' sums of magnitudes, given each (by variable) or already
+    summed."""
+    return magnitudes if isinstance(magnitudes, float) else sum(magnitudes.values())
+
+
 def abs_sum(array: np.ndarray) -> float:
     """The sum of `array`'s absolute values (Inf when it overflows): a bound on its
     largest one, in one pass with no temporary."""

@@ -86,6 +86,19 @@ def test_the_update_over_buffers_follows_the_update_by_variable(rule: dict[str, 
         assert model.weights[spec.name].ctypes.data - first == offset
 
 
+@pytest.mark.parametrize("by_variable", [False, True], ids=["over buffers", "by variable"])
+def test_the_gradients_magnitudes_given_as_one_sum_give_the_same_update(by_variable: bool) -> None:
+    rule = RULES["adam"]
+    summed, each = _model(rule, by_variable), _model(rule, by_variable)
+    for gradients in _gradients(8):
+        magnitudes = {name: float(np.abs(g).sum()) for name, g in gradients.items()}
+        summed.apply({name: g.copy() for name, g in gradients.items()}, sum(magnitudes.values()))
+        each.apply({name: g.copy() for name, g in gradients.items()}, magnitudes)
+    for name in SHAPES:
+        np.testing.assert_array_equal(summed.weights[name], each.weights[name])
+    assert summed.iterations == each.iterations == 8
+
+
 def test_momentum_switched_on_midway_starts_from_zero_as_by_variable() -> None:
     model, reference = _model({"momentum": 0.0}), _model({"momentum": 0.0}, by_variable=True)
     for index, gradients in enumerate(_gradients(12)):

@@ -12,10 +12,16 @@ import numpy as np
 import pytest
 
 from omnikeras.parameter_server import Hyperparameters, shared_memory
+from omnikeras.parameter_server.errors import NonFinite
 from omnikeras.parameter_server.groups import GroupCoordinator
 from omnikeras.parameter_server.model_state import ModelState
 from omnikeras.parameter_server.shared_memory import SegmentLayout, StatusError
-from omnikeras.parameter_server.shared_memory_server import DIRECTORY_PREFIX, SOCKET_NAME, SharedMemoryServer
+from omnikeras.parameter_server.shared_memory_server import (
+    DIRECTORY_PREFIX,
+    SOCKET_NAME,
+    SharedMemoryServer,
+    _magnitudes,
+)
 from omnikeras.parameter_server.tensors import VariableSpec
 from omnikeras.v1 import parameter_server_pb2 as pb
 
@@ -55,6 +61,21 @@ def test_the_digest_tells_layouts_apart() -> None:
     assert digest != SegmentLayout.of(_specs(a=(4,), c=(2,))).digest
     other_dtype = {"a": VariableSpec("a", np.dtype("<f8"), (4,)), "b": VariableSpec("b", np.dtype("<f4"), (2,))}
     assert digest != SegmentLayout.of(other_dtype).digest
+
+
+def test_the_check_reads_a_segment_s_gradients_in_one_pass_whatever_its_padding_holds() -> None:
+    layout = SegmentLayout.of(_specs(a=(5, 7), b=(3,), c=()))
+    gradients, _ = layout.views(mmap.mmap(-1, layout.segment_bytes))
+    assert gradients.region is not None and layout.padding.size
+    gradients.region[:] = np.nan
+    for index, array in enumerate(gradients.values()):
+        array[...] = -(index + 1)
+    # The padding is the worker's: zeroed, not read.
+    assert _magnitudes(gradients) == 35 * 1 + 3 * 2 + 1 * 3
+    assert np.all(gradients.region[layout.padding] == 0)
+    gradients["b"][1] = np.inf
+    with pytest.raises(NonFinite, match="gradient 'b' holds NaN or Inf"):
+        _magnitudes(gradients)
 
 
 def test_messages_survive_the_socket_even_when_empty() -> None:

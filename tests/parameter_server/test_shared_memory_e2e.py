@@ -99,7 +99,8 @@ def test_members_on_either_path_share_one_group_step(start_server) -> None:
 @pytest.mark.parametrize(
     ("gradients", "code", "message"),
     [
-        ({"kernel": np.full((20, 30), np.nan, np.float32), "bias": np.ones(30, np.float32)}, grpc.StatusCode.INVALID_ARGUMENT, "NaN or Inf"),
+        ({"kernel": np.full((20, 30), np.nan, np.float32), "bias": np.ones(30, np.float32)}, grpc.StatusCode.INVALID_ARGUMENT, "gradient 'kernel' holds NaN or Inf"),
+        ({"kernel": np.ones((20, 30), np.float32), "bias": np.full(30, np.inf, np.float32)}, grpc.StatusCode.INVALID_ARGUMENT, "gradient 'bias' holds NaN or Inf"),
         ({"kernel": np.ones((30, 20), np.float32), "bias": np.ones(30, np.float32)}, grpc.StatusCode.INVALID_ARGUMENT, "expected float32[20, 30]"),
         ({"kernel": np.ones((20, 30), np.float64), "bias": np.ones(30, np.float32)}, grpc.StatusCode.INVALID_ARGUMENT, "got float64"),
         ({"kernel": np.ones((20, 30), np.float32)}, grpc.StatusCode.INVALID_ARGUMENT, "missing ['bias']"),
