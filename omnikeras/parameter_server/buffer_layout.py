@@ -2,9 +2,10 @@
 
 The shared-memory segment's two regions and the server's weights and optimizer state share
 this arrangement. Where every variable has one dtype, a buffer so laid out is also one
-array: a push's update and the copy of the weights into a segment become a few passes
-over whole buffers instead of a few per variable (see `flat_state`), and the train step
-takes its weights in one array (`strategy.worker.packed`).
+array: a same-host push's finiteness check, its update and the copy of the weights into
+a segment become a few passes over whole buffers instead of a few per variable (see
+`flat_state` and `shared_memory_server`), and the train step takes its weights in one
+array (`strategy.worker.packed`).
 """
 
 import functools
