@@ -17,6 +17,7 @@ before they are pushed (a group combines clipped, unscaled gradients, and skips 
 where a member's overflowed: see `keras_hooks`); the optimizer it wraps runs on the server.
 """
 
+import functools
 from collections.abc import Sequence
 
 import keras
@@ -173,6 +174,8 @@ def learning_rate_of(optimizer: keras.optimizers.Optimizer) -> float:
     return as_written(float(keras.ops.convert_to_numpy(optimizer.learning_rate)))
 
 
+# The chief reads the rate at every step, and it seldom changes: formatting it cost 13 µs.
+@functools.lru_cache(maxsize=8)
 def as_written(rate: float) -> float:
     """A learning rate read back from its float32 variable, as the user wrote it."""
     # 0.01 reads back as 0.009999999776: seven significant digits give back the number.
