@@ -345,8 +345,9 @@ class GroupCoordinator:
         layout version the pusher last saw. `magnitudes`, each gradient's sum of
         magnitudes as the caller's finiteness check measured it (or their sum, where it
         measured them in one pass), spare the update guard a pass over the gradients (see
-        `ModelState.apply`); they are measured here when not given. They and `loss`, the training loss of the gradient's examples, guard the
-        step of compensated asynchrony.
+        `ModelState.apply`); they are measured here when not given. They and `loss`, the
+        training loss of the gradient's examples, guard the step of compensated
+        asynchrony.
 
         With `skip_update` (the member's loss scale overflowed), the group step updates no
         weight, as Keras skips a step when any replica's gradients overflow: only the
