@@ -71,7 +71,7 @@ class Adam(Optimizer):
             return
         # As Keras: `1 - beta` in Python, then in the variable's dtype.
         settings = [
-            *fused.scalars(weight.dtype, 1 - step.momentum, 1 - self.settings["beta_2"], self.settings["epsilon"]),
+            *(cast(weight, value) for value in (1 - step.momentum, 1 - self.settings["beta_2"], self.settings["epsilon"])),
             self._alpha(weight.dtype, step),
         ]
         kernel = fused.adam_amsgrad if self.flag("amsgrad") else fused.adam

@@ -7,7 +7,7 @@ took 116 µs against 253 µs in BLAS passes, out of a server push of about 0.7 m
 3 BLAS passes stay: there, the compiled call cost more than it saved (101 µs against 88).
 
 The loops follow Keras' arithmetic in the arrays' dtype: callers pass the settings as
-scalars of that dtype (`scalars`). They release the GIL, so that `parallel.split_pass`
+scalars of that dtype (`base.cast`); Python floats would make them compute in float64. They release the GIL, so that `parallel.split_pass`
 can run them on two threads.
 """
 
@@ -33,11 +33,6 @@ def _compiled(function: Callable[..., None]) -> Callable[..., None]:
     # BLAS' nine passes.
     compiled: Callable[..., None] = numba.njit(nogil=True, cache=True, error_model="numpy")(function)
     return compiled
-
-
-def scalars(dtype: np.dtype, *values: float) -> list[Any]:
-    """`values` as scalars of `dtype`: the loops compute in the arrays' dtype only with them."""
-    return [dtype.type(value) for value in values]
 
 
 @_compiled
