@@ -9,7 +9,8 @@ validation, and within it the first batch and the validation, and prints `RESULT
 {"epoch_s": [..], "first_batch_s": [..], "validation_s": [..], "steps": [..]}` from the
 chief. With
 `--plain`, `omnikeras.GroupedAsyncStrategy` is replaced by Keras' default strategy, so the
-same script trains in this one process as it would without omnikeras.
+same script trains in this one process as it would without omnikeras. Started by
+`turns.run_in_turns`, each epoch is a turn, the first its warm-up.
 """
 
 import json
@@ -21,6 +22,7 @@ from typing import Any
 
 import keras
 import tensorflow as tf
+from turns import Turn
 
 import omnikeras
 from omnikeras import tf_config
@@ -28,8 +30,9 @@ from omnikeras.strategy import GroupedAsyncStrategy
 
 
 class EpochClock(keras.callbacks.Callback):
-    def __init__(self) -> None:
+    def __init__(self, turn: Turn | None) -> None:
         super().__init__()
+        self._turn = turn
         self.epoch_s: list[float] = []
         self.first_batch_s: list[float] = []
         self.validation_s: list[float] = []
@@ -56,6 +59,8 @@ class EpochClock(keras.callbacks.Callback):
         # Keras calls this after the epoch's validation.
         self.epoch_s.append(time.perf_counter() - self._began)
         self.steps.append(self._batches)
+        if self._turn is not None:
+            self._turn.end()
 
 
 class PlainKeras:
@@ -71,13 +76,6 @@ class PlainKeras:
 def main() -> None:
     plain = sys.argv[1] == "--plain"
     script, *script_args = sys.argv[2:] if plain else sys.argv[1:]
-    clock = EpochClock()
-    fit = keras.Model.fit
-
-    def timed_fit(model: keras.Model, *args: Any, callbacks: list | None = None, **kwargs: Any) -> Any:
-        return fit(model, *args, callbacks=[*(callbacks or []), clock], **kwargs)
-
-    keras.Model.fit = timed_fit
     if plain:
         omnikeras.GroupedAsyncStrategy = PlainKeras
         chief = True
@@ -85,6 +83,13 @@ def main() -> None:
         omnikeras.GroupedAsyncStrategy = GroupedAsyncStrategy
         config = tf_config.worker_config_from_env()
         chief = config is not None and config.is_chief
+    clock = EpochClock(Turn.from_environment() if chief else None)
+    fit = keras.Model.fit
+
+    def timed_fit(model: keras.Model, *args: Any, callbacks: list | None = None, **kwargs: Any) -> Any:
+        return fit(model, *args, callbacks=[*(callbacks or []), clock], **kwargs)
+
+    keras.Model.fit = timed_fit
     sys.argv = [script, *script_args]
     runpy.run_path(script, run_name="__main__")
     if chief:

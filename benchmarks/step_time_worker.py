@@ -4,6 +4,9 @@ Trains one model on Fashion-MNIST with SGD(0.01, momentum 0.9), or Keras' defaul
 (`--optimizer adam`), and batch 64 for a fixed
 number of steps and prints `RESULT {"mean_step_s": .., "median_step_s": .., "steps": ..}`,
 timed over the steps after the first `--warmup` (tracing, first allocations).
+
+Started by `turns.run_in_turns`, the steps after the warm-up run in turns of
+`--turn-steps`; the first step of each turn, which starts from idle threads, is not timed.
 """
 
 import argparse
@@ -22,6 +25,7 @@ from omnikeras.profiles.reference_cnn import reference_cnn
 # The main job's CNN, so that the benchmark times the model `make run` trains.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "examples"))
 import fashion_mnist as fashion_mnist_example
+from turns import Turn
 
 BATCH = 64
 
@@ -43,16 +47,30 @@ parser.add_argument("--plain", action="store_true", help="plain Keras in this pr
 parser.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
 parser.add_argument("--steps", type=int, default=300)
 parser.add_argument("--warmup", type=int, default=30)
+parser.add_argument("--turn-steps", type=int, default=40, help="steps a turn, where the run takes turns")
 args = parser.parse_args()
 
 
 class StepClock(keras.callbacks.Callback):
-    def __init__(self) -> None:
+    """Times each step after the warm-up from the end of the one before; with `turns`, the
+    steps run in turns (see the module's docstring)."""
+
+    def __init__(self, turn: Turn | None) -> None:
         super().__init__()
-        self.ends: list[float] = []
+        self.step_s: list[float] = []
+        self.batches = 0
+        self._turn = turn
+        self._last_end: float | None = None
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
-        self.ends.append(time.perf_counter())
+        now = time.perf_counter()
+        self.batches += 1
+        if self.batches > args.warmup and self._last_end is not None:
+            self.step_s.append(now - self._last_end)
+        self._last_end = now
+        if self._turn is not None and self.batches >= args.warmup and (self.batches - args.warmup) % args.turn_steps == 0:
+            self._turn.end()
+            self._last_end = None
 
 
 keras.utils.set_random_seed(0)
@@ -64,14 +82,14 @@ with strategy.scope() if strategy else contextlib.nullcontext():
     model = MODELS[args.model]()
     optimizer = keras.optimizers.SGD(0.01, momentum=0.9) if args.optimizer == "sgd" else keras.optimizers.Adam()
     model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy")
-clock = StepClock()
+chief = strategy is None or strategy.config.is_chief
+clock = StepClock(Turn.from_environment() if chief else None)
 model.fit(x_train, y_train, batch_size=BATCH, epochs=1, callbacks=[clock], verbose=0)
-if strategy is None or strategy.config.is_chief:
-    steps = [b - a for a, b in zip(clock.ends[args.warmup :], clock.ends[args.warmup + 1 :])]
+if chief:
     result = {
-        "mean_step_s": statistics.fmean(steps),
-        "median_step_s": statistics.median(steps),
-        "steps": len(clock.ends),
+        "mean_step_s": statistics.fmean(clock.step_s),
+        "median_step_s": statistics.median(clock.step_s),
+        "steps": clock.batches,
         "parameters": model.count_params(),
     }
     if strategy is not None:

@@ -11,15 +11,19 @@ layers with SGD (`step_time_worker.deep_mlp`: 128 variables, where the server's 
 variable shows). Each run is a fresh process (`step_time_worker.py`) that trains on Fashion-MNIST
 with batch 64 and times its steps after a warm-up. Each runs with the threads users get:
 plain Keras TensorFlow's defaults, the launched worker what the launcher chooses (two
-inter-op threads at least: the exchange holds one while backpropagation goes on). Plain and launched runs alternate, round after round,
-and each figure is the median over the rounds of launched mean step time / plain mean
-step time, so load that comes and goes on a shared machine weighs on both alike.
+inter-op threads at least: the exchange holds one while backpropagation goes on). In each
+round, a plain and a launched run start together, warm up, and then take turns on the
+machine (`turns.py`), 9 turns of 40 steps each, the one waiting idle; which goes first
+alternates with the turn. Each figure is the median over the rounds of launched mean step
+time / plain mean step time. On a shared machine whose speed drifts over seconds, turns of
+a fraction of a second put both runs in the same phases of it, where whole runs one after
+the other did not (single rounds of the main CNN read from 0.69 to 1.55 that way).
 
 Whole epochs as users run them, too: the main job's script, `examples/fashion_mnist.py
 --fixed` with its metrics, validation and progress line, launched with `--workers 1
 --groups 1`, against the same script in plain Keras (`epoch_time_worker.py --plain`), each
-run 3 epochs of which the last 2 are timed (the first traces the model), alternating
-likewise; each figure is the median over the rounds of the ratio of mean epoch times.
+run 3 epochs: the first traces the model, and the last 2 are turns, taken likewise; each
+figure is the median over the rounds of the ratio of mean epoch times.
 
 The last line of stdout is one JSON object: `{"step_time_vs_plain_keras_main": ..,
 "step_time_vs_plain_keras_reference": .., "step_time_vs_plain_keras_adam": ..,
@@ -36,9 +40,10 @@ import json
 import os
 import pathlib
 import statistics
-import subprocess
 import sys
 import tempfile
+
+from turns import run_in_turns
 
 from omnikeras.profiles.thread_cache import cached_thread_settings
 
@@ -53,20 +58,13 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def run(command: list[str], env: dict[str, str]) -> dict:
-    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
-    lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
-    if result.returncode != 0 or not lines:
-        raise RuntimeError(f"{' '.join(command)} failed:\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}")
-    return json.loads(lines[-1].removeprefix("RESULT "))
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="one short round, for a correctness check")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of the full run (default: %(default)s)")
     args = parser.parse_args()
-    rounds, steps, warmup = (1, 12, 4) if args.quick else (args.rounds, 400, 40)
+    rounds, warmup, turn_steps, turns = (1, 4, 4, 2) if args.quick else (args.rounds, 40, 40, 9)
+    steps = warmup + turns * turn_steps
 
     worker_threads = cached_thread_settings(log).for_worker()
     # The environment users run both in: no thread settings exported.
@@ -76,24 +74,26 @@ def main() -> int:
     ratios: dict[str, list[float]] = {case: [] for case in CASES}
     epoch_ratios: list[float] = []
     epoch_ratios_after_first_batch: list[float] = []
-    epoch_args = ["--fixed", "--epochs", "2" if args.quick else "3", *(["--examples", "1024"] if args.quick else [])]
+    epochs = 2 if args.quick else 3
+    epoch_args = ["--fixed", "--epochs", str(epochs), *(["--examples", "1024"] if args.quick else [])]
     with tempfile.TemporaryDirectory() as log_dir:
         for round_index in range(rounds):
             for case, (model, optimizer) in CASES.items():
                 worker = [
                     str(WORKER_SCRIPT), "--model", model, "--optimizer", optimizer,
-                    "--steps", str(steps), "--warmup", str(warmup),
+                    "--steps", str(steps), "--warmup", str(warmup), "--turn-steps", str(turn_steps),
                 ]
-                plain_command = [sys.executable, *worker, "--plain"]
-                launched_command = [
-                    sys.executable, "-m", "omnikeras", "launch", "--workers", "1", "--groups", "1",
-                    "--log-dir", os.path.join(log_dir, f"{case}-{round_index}"), *worker,
-                ]
-                # Alternating which goes first cancels a drift in the machine's load.
-                if round_index % 2 == 0:
-                    plain, launched = run(plain_command, env), run(launched_command, env)
-                else:
-                    launched, plain = run(launched_command, env), run(plain_command, env)
+                commands = {
+                    "plain": [sys.executable, *worker, "--plain"],
+                    "launched": [
+                        sys.executable, "-m", "omnikeras", "launch", "--workers", "1", "--groups", "1",
+                        "--log-dir", os.path.join(log_dir, f"{case}-{round_index}"), *worker,
+                    ],
+                }
+                # Alternating which goes first cancels a drift within a turn.
+                order = ["plain", "launched"] if round_index % 2 == 0 else ["launched", "plain"]
+                results = run_in_turns({name: commands[name] for name in order}, turns, env, log_dir)
+                plain, launched = results["plain"], results["launched"]
                 if launched["steps"] != steps or plain["steps"] != steps:
                     raise RuntimeError(f"expected {steps} steps, got {launched['steps']} and {plain['steps']}")
                 ratios[case].append(launched["mean_step_s"] / plain["mean_step_s"])
@@ -103,7 +103,7 @@ def main() -> int:
                     f"launched {launched['mean_step_s'] * 1e3:.2f} ms/step (median {launched['median_step_s'] * 1e3:.2f}, "
                     f"{'shared memory' if launched['shared_memory'] else 'gRPC'}), ratio {ratios[case][-1]:.3f}"
                 )
-            whole, after_first_batch = time_epochs(round_index, rounds, epoch_args, log_dir, env)
+            whole, after_first_batch = time_epochs(round_index, rounds, epochs, epoch_args, log_dir, env)
             epoch_ratios.append(whole)
             epoch_ratios_after_first_batch.append(after_first_batch)
     figures = {f"step_time_vs_plain_keras_{case}": round(statistics.median(ratios[case]), 3) for case in CASES}
@@ -113,10 +113,12 @@ def main() -> int:
     return 0
 
 
-def time_epochs(round_index: int, rounds: int, epoch_args: list[str], log_dir: str, env: dict[str, str]) -> tuple[float, float]:
+def time_epochs(
+    round_index: int, rounds: int, epochs: int, epoch_args: list[str], log_dir: str, env: dict[str, str]
+) -> tuple[float, float]:
     """One round of the main job's epochs, plain and launched, each with the environment
     users run it in (the launcher chooses the worker's threads; plain Keras takes
-    TensorFlow's defaults); the ratio of their mean epoch times after the first, whole
+    TensorFlow's defaults), taking turns of an epoch after the first; the ratio of their mean epoch times after the first, whole
     and from each epoch's first batch on (plain Keras' first batch of an epoch sometimes
     waits seconds for `tf.data`'s autotuning: see docs/benchmarks.md)."""
     plain_command = [sys.executable, str(EPOCH_SCRIPT), "--plain", str(MAIN_JOB), *epoch_args]
@@ -124,10 +126,10 @@ def time_epochs(round_index: int, rounds: int, epoch_args: list[str], log_dir: s
         sys.executable, "-m", "omnikeras", "launch", "--workers", "1", "--groups", "1",
         "--log-dir", os.path.join(log_dir, f"epochs-{round_index}"), str(EPOCH_SCRIPT), str(MAIN_JOB), *epoch_args,
     ]
-    if round_index % 2 == 0:
-        plain, launched = run(plain_command, env), run(launched_command, env)
-    else:
-        launched, plain = run(launched_command, env), run(plain_command, env)
+    commands = {"plain": plain_command, "launched": launched_command}
+    order = ["plain", "launched"] if round_index % 2 == 0 else ["launched", "plain"]
+    results = run_in_turns({name: commands[name] for name in order}, epochs - 1, env, log_dir)
+    plain, launched = results["plain"], results["launched"]
     plain_s, launched_s = statistics.fmean(plain["epoch_s"][1:]), statistics.fmean(launched["epoch_s"][1:])
     plain_rest_s, launched_rest_s = (
         statistics.fmean(e - f for e, f in zip(times["epoch_s"][1:], times["first_batch_s"][1:]))
