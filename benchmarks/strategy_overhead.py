@@ -83,17 +83,14 @@ def main() -> int:
                     str(WORKER_SCRIPT), "--model", model, "--optimizer", optimizer,
                     "--steps", str(steps), "--warmup", str(warmup), "--turn-steps", str(turn_steps),
                 ]
-                commands = {
-                    "plain": [sys.executable, *worker, "--plain"],
-                    "launched": [
+                plain, launched = plain_and_launched(
+                    [sys.executable, *worker, "--plain"],
+                    [
                         sys.executable, "-m", "omnikeras", "launch", "--workers", "1", "--groups", "1",
                         "--log-dir", os.path.join(log_dir, f"{case}-{round_index}"), *worker,
                     ],
-                }
-                # Alternating which goes first cancels a drift within a turn.
-                order = ["plain", "launched"] if round_index % 2 == 0 else ["launched", "plain"]
-                results = run_in_turns({name: commands[name] for name in order}, turns, env, log_dir)
-                plain, launched = results["plain"], results["launched"]
+                    round_index, turns, env, log_dir,
+                )
                 if launched["steps"] != steps or plain["steps"] != steps:
                     raise RuntimeError(f"expected {steps} steps, got {launched['steps']} and {plain['steps']}")
                 ratios[case].append(launched["mean_step_s"] / plain["mean_step_s"])
@@ -113,23 +110,32 @@ def main() -> int:
     return 0
 
 
+def plain_and_launched(
+    plain_command: list[str], launched_command: list[str], round_index: int, turns: int, env: dict[str, str], log_dir: str
+) -> tuple[dict, dict]:
+    """The results of a plain and a launched run taking `turns` turns; which goes first
+    alternates with the round, which cancels a drift within a turn."""
+    commands = {"plain": plain_command, "launched": launched_command}
+    order = ["plain", "launched"] if round_index % 2 == 0 else ["launched", "plain"]
+    results = run_in_turns({name: commands[name] for name in order}, turns, env, log_dir)
+    return results["plain"], results["launched"]
+
+
 def time_epochs(
     round_index: int, rounds: int, epochs: int, epoch_args: list[str], log_dir: str, env: dict[str, str]
 ) -> tuple[float, float]:
     """One round of the main job's epochs, plain and launched, each with the environment
     users run it in (the launcher chooses the worker's threads; plain Keras takes
-    TensorFlow's defaults), taking turns of an epoch after the first; the ratio of their mean epoch times after the first, whole
-    and from each epoch's first batch on (plain Keras' first batch of an epoch sometimes
-    waits seconds for `tf.data`'s autotuning: see docs/benchmarks.md)."""
+    TensorFlow's defaults), taking turns of an epoch after the first; the ratio of their
+    mean epoch times after the first, whole and from each epoch's first batch on (plain
+    Keras' first batch of an epoch sometimes waits seconds for `tf.data`'s autotuning:
+    see docs/benchmarks.md)."""
     plain_command = [sys.executable, str(EPOCH_SCRIPT), "--plain", str(MAIN_JOB), *epoch_args]
     launched_command = [
         sys.executable, "-m", "omnikeras", "launch", "--workers", "1", "--groups", "1",
         "--log-dir", os.path.join(log_dir, f"epochs-{round_index}"), str(EPOCH_SCRIPT), str(MAIN_JOB), *epoch_args,
     ]
-    commands = {"plain": plain_command, "launched": launched_command}
-    order = ["plain", "launched"] if round_index % 2 == 0 else ["launched", "plain"]
-    results = run_in_turns({name: commands[name] for name in order}, epochs - 1, env, log_dir)
-    plain, launched = results["plain"], results["launched"]
+    plain, launched = plain_and_launched(plain_command, launched_command, round_index, epochs - 1, env, log_dir)
     plain_s, launched_s = statistics.fmean(plain["epoch_s"][1:]), statistics.fmean(launched["epoch_s"][1:])
     plain_rest_s, launched_rest_s = (
         statistics.fmean(e - f for e, f in zip(times["epoch_s"][1:], times["first_batch_s"][1:]))

@@ -5,9 +5,9 @@ different phases of it: single rounds of `strategy_overhead.py`'s main CNN read 
 to 1.55 that way. Runs that take short turns meet the same ones.
 
 A benchmark starts its runs with `run_in_turns`, which hands each the path of a Unix
-socket in `BENCHMARK_TURNS`; each run (its chief, where launched) takes a `Turn.from_environment()`
-and calls `end` after its warm-up and after each of its turns: it says so (one byte) and
-waits for the word to go on, idle meanwhile.
+socket in `BENCHMARK_TURNS`; each run (its chief, where launched) takes a
+`Turn.from_environment()` and calls `end` after its warm-up and after each of its turns:
+it says so (one byte) and waits for the word to go on, idle meanwhile.
 """
 
 import contextlib

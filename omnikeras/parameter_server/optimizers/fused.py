@@ -7,8 +7,8 @@ took 116 µs against 253 µs in BLAS passes, out of a server push of about 0.7 m
 3 BLAS passes stay: there, the compiled call cost more than it saved (101 µs against 88).
 
 The loops follow Keras' arithmetic in the arrays' dtype: callers pass the settings as
-scalars of that dtype (`base.cast`); Python floats would make them compute in float64. They release the GIL, so that `parallel.split_pass`
-can run them on two threads.
+scalars of that dtype (`base.cast`); Python floats would make them compute in float64.
+They release the GIL, so that `parallel.split_pass` can run them on two threads.
 """
 
 from collections.abc import Callable
