@@ -10,6 +10,7 @@ update. Arithmetic stays in the variable's dtype, scalars cast as Keras casts th
 
 import abc
 import math
+import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import ClassVar, Literal
@@ -171,6 +172,23 @@ _BLAS = {
 
 def _largest(array: np.ndarray) -> float:
     return float(np.abs(array).max()) if array.size else 0.0
+
+
+def rounded(value: float, dtype: np.dtype) -> float:
+    """`value` rounded to the nearest of `dtype`'s values (Inf past its range), as a
+    Python float: scalar arithmetic in the dtype without NumPy's scalars."""
+    packer = _PACKERS.get(dtype)
+    if packer is None or not math.isfinite(value):
+        return value
+    try:
+        rounded_value: float = packer.unpack(packer.pack(value))[0]
+    except OverflowError:
+        return math.copysign(math.inf, value)
+    return rounded_value
+
+
+# float64 is Python's own float.
+_PACKERS = {np.dtype(np.float16): struct.Struct("e"), np.dtype(np.float32): struct.Struct("f")}
 
 
 def cast(weight: np.ndarray, value: float | np.floating) -> np.floating:
