@@ -504,10 +504,15 @@ class ParameterServerClient:
     def _shard_part(self, index: int, gradients: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The gradients of the variables that live on shard `index`."""
         models = self._describe_shards()
+        specs = models[index].specs
+        # Every one of them, with one shard: one comparison of the names, where the general
+        # case below looks each up twice (tens of microseconds of each step's exchange).
+        if gradients.keys() <= specs.keys():
+            return dict(gradients)
         unknown = gradients.keys() - set().union(*(m.specs.keys() for m in models))
         if unknown:
             raise KeyError(f"the server holds no variables named {sorted(unknown)}")
-        return {n: g for n, g in gradients.items() if n in models[index].specs}
+        return {n: g for n, g in gradients.items() if n in specs}
 
     def _describe_shards(self) -> list[_ShardModel]:
         if self._shard_models is None:

@@ -237,6 +237,18 @@ def test_an_update_that_would_overflow_the_weights_is_refused_and_the_model_kept
     assert all(np.isfinite(w).all() for w in client.pull().weights.values())
 
 
+@pytest.mark.parametrize("exchange", ["push over gRPC", "push_pull through shared memory"])
+def test_a_gradient_of_a_variable_the_server_does_not_hold_is_refused_by_the_client(cluster, exchange: str) -> None:
+    client, _, _ = cluster
+    send = client.push if exchange.startswith("push over") else client.push_pull
+    with pytest.raises(KeyError, match=r"no variables named \['extra'\]"):
+        send({**GOOD, "extra": np.ones(2, np.float32)}, step=1, example_count=1)
+    # Nothing went out: the model is as it was, and the next push counts.
+    assert client.pull().model_version == 0
+    send(GOOD, step=1, example_count=1)
+    assert client.pull().model_version == 1
+
+
 def test_a_huge_declared_shape_is_refused_before_any_memory_is_held(start_server) -> None:
     server = start_server()
     stub = pb_grpc.ParameterServerStub(grpc.insecure_channel(server.address))
