@@ -261,7 +261,8 @@ def _apply_loss_scaled(
     def raise_scale() -> None:
         ops.cond(ops.equal(optimizer.step_counter, optimizer.dynamic_growth_steps - 1), upscale, increment)
 
-    ops.cond(finite, update, skip)
+    with distribution.reporting_skipped():
+        ops.cond(finite, update, skip)
     ops.cond(distribution.update_skipped(), lower_scale, raise_scale)
 
 

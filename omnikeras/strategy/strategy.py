@@ -1,8 +1,10 @@
 """`GroupedAsyncStrategy`: Keras `model.fit` across worker processes, through the
 parameter server."""
 
+import contextlib
 import dataclasses
 import functools
+from collections.abc import Iterator
 
 import tensorflow as tf
 from tensorflow.python.ops import resource_variable_ops
@@ -97,6 +99,8 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
         # CPU, where the exchange runs.
         with tf.device("/cpu:0"):
             self._update_skipped = unmirrored_variable(tf.constant(False), tf.TensorShape([]))
+        # Set while loss scaling traces its step, which reads `update_skipped`.
+        self._reporting_skipped = False
 
     def experimental_distribute_dataset(
         self, dataset: tf.data.Dataset, options: tf.distribute.InputOptions | None = None
@@ -149,7 +153,9 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
         split = len(trained) - ahead_count(len(trained))
         # The weights come back in the order the gradients went out.
         variables = trained[split:] + trained[:split] + statistics
-        # The servers' iteration count comes back where the worker pushes the rate.
+        # Whether the step was skipped comes back under loss scaling, and the servers'
+        # iteration count where the worker pushes the rate.
+        reported = [tf.bool] if self._reporting_skipped else []
         counted = [tf.int64] if rate_from_worker else []
         # The weights come back in one array where they share a dtype (see `worker.packed`).
         layout = self.worker.layout if self.worker.layout.dtype is not None else None
@@ -157,11 +163,12 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
         with tf.device("/cpu:0"):
             written = []
             if split < len(trained):
+                # An operation with no output (see `write_ahead`).
                 written = [
                     tf.numpy_function(
                         functools.partial(self.worker.write_ahead, names[split:]),
                         gradients[split:],
-                        Tout=tf.int64,
+                        Tout=[],
                         stateful=True,
                     )
                 ]
@@ -171,16 +178,18 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
                         self.worker.push_pull,
                         names[:split] + tuple(v.path for v in self.worker.statistics),
                         skip_update=skip_update,
+                        report_skipped=self._reporting_skipped,
                         rate_from_worker=rate_from_worker,
                         rate_to_relay=learning_rate is not None and not rate_from_worker,
                         layout=layout,
                     ),
                     [self._scalars(learning_rate), *gradients[:split], *values],
-                    Tout=[*returned, tf.bool, *counted],
+                    Tout=[*returned, *reported, *counted],
                     stateful=True,
                 )
-            self._update_skipped.assign(outputs[len(returned)])
-            iterations = outputs[len(returned) + 1] if counted else None
+            if reported:
+                self._update_skipped.assign(outputs[len(returned)])
+            iterations = outputs[len(returned) + len(reported)] if counted else None
             if iterations is not None:
                 iterations.set_shape([])
             if layout is None:
@@ -194,9 +203,20 @@ class GroupedAsyncStrategy(tf.distribute.MirroredStrategy):
         return iterations
 
     def update_skipped(self) -> tf.Tensor:
-        """Whether the group step of the last `apply_through_server` skipped its update: a
-        member's loss-scaled gradients overflowed, this worker's or another's."""
+        """Whether the group step of the last `apply_through_server` traced under
+        `reporting_skipped` skipped its update: a member's loss-scaled gradients
+        overflowed, this worker's or another's."""
         return self._update_skipped.read_value()
+
+    @contextlib.contextmanager
+    def reporting_skipped(self) -> Iterator[None]:
+        """The steps `apply_through_server` traces meanwhile set `update_skipped`: loss
+        scaling reads it. Others leave it out (one array less from the exchange)."""
+        self._reporting_skipped = True
+        try:
+            yield
+        finally:
+            self._reporting_skipped = False
 
     def _scalars(self, learning_rate: tf.Tensor | None) -> tf.Tensor:
         """The sums of Keras' loss tracker (losses, examples), which the train step has
