@@ -505,8 +505,8 @@ class ParameterServerClient:
         """The gradients of the variables that live on shard `index`."""
         models = self._describe_shards()
         specs = models[index].specs
-        # Every one of them, with one shard: one comparison of the names, where the general
-        # case below looks each up twice (tens of microseconds of each step's exchange).
+        # All of them this shard's (always, with one shard): one comparison of the names,
+        # where the general case looks each one up twice (tens of µs of a step's exchange).
         if gradients.keys() <= specs.keys():
             return dict(gradients)
         unknown = gradients.keys() - set().union(*(m.specs.keys() for m in models))
